@@ -1,0 +1,372 @@
+"""The event contract: fetched-page events in, priority updates out, validated at the boundary.
+
+A fetched-page event is what a crawler knows right after fetching a page. Validation never
+raises past `parse_event`'s caller: every problem becomes an `EventError` naming the field and
+the reason, so a worker can count it, route it to a dead-letter sink and carry on.
+
+``fetched_at`` is ISO-8601 or epoch seconds; a time without a timezone is taken as UTC.
+
+>>> event = parse_event(b'{"url": "HTTPS://Example.com/a#x", "fetched_at": "2026-01-05T10:00:00",'
+...                     b' "outlinks": ["https://example.com/b", "mailto:me@example.com"]}')
+>>> event.url, event.fetched_at.isoformat(), event.outlinks, event.dropped_outlinks
+('https://example.com/a', '2026-01-05T10:00:00+00:00', ['https://example.com/b'], 1)
+>>> try:
+...     parse_event(b'{"url": "ftp://example.com/", "fetched_at": 0, "outlinks": []}')
+... except EventError as err:
+...     print(err.field, "|", err.reason)
+url | not an http(s) URL: 'ftp://example.com/'
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+import orjson
+import xxhash
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
+
+from online.links import InvalidURL, LinkInfo, link_info
+
+DEFAULT_EMBEDDING_DIM = 192
+DEFAULT_MAX_OUTLINKS = 100_000
+
+
+class EventError(ValueError):
+    """A rejected event: which field, and why."""
+
+    def __init__(self, field: str, reason: str) -> None:
+        super().__init__(f"{field}: {reason}")
+        self.field = field
+        self.reason = reason
+
+
+class FetchedPage(BaseModel):
+    """One fetch of one page, as the crawler reports it."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    url: str = Field(description="Absolute http(s) URL of the fetched page; normalised on input.")
+    fetched_at: datetime = Field(
+        description="When the page was fetched: ISO-8601 or epoch seconds; no timezone means UTC."
+    )
+    outlinks: list[str] = Field(
+        description="Absolute URLs the page links to (may be empty); malformed entries are "
+        "dropped and counted, duplicates collapse."
+    )
+    status: int = Field(200, ge=100, le=599, description="HTTP status; non-2xx keeps link history.")
+    content_size: int | None = Field(None, ge=0, description="Bytes of the fetched content.")
+    text_size: int | None = Field(None, ge=0, description="Characters of extracted text.")
+    text_quality: float | None = Field(None, description="Text quality score, any finite float.")
+    content_digest: str | None = Field(None, description="Digest of the content without links.")
+    embedding: list[float] | None = Field(
+        None, description="Semantic vector of the page; dimension fixed per deployment."
+    )
+    text: str | None = Field(None, description="Page text, embedded when no embedding is given.")
+    inlinks_internal: int | None = Field(None, ge=0)
+    inlinks_external: int | None = Field(None, ge=0)
+    pagerank: float | None = None
+    trustrank: float | None = None
+    crawl: int | None = Field(None, description="Crawl round, passed through for evaluation.")
+
+    _dropped_outlinks: int = PrivateAttr(default=0)
+    _links: tuple[LinkInfo, ...] | None = PrivateAttr(default=None)
+    _vector: np.ndarray | None = PrivateAttr(default=None)
+
+    @property
+    def dropped_outlinks(self) -> int:
+        """Malformed entries removed from ``outlinks``."""
+        return self._dropped_outlinks
+
+    @property
+    def outlink_infos(self) -> tuple[LinkInfo, ...]:
+        """Parsed outlinks (computed once, at validation)."""
+        if self._links is None:
+            self._links = tuple(link_info(u) for u in self.outlinks)
+        return self._links
+
+    @property
+    def vector(self) -> np.ndarray | None:
+        """The embedding as float32 (not normalised), or None."""
+        if self._vector is None and self.embedding is not None:
+            self._vector = np.asarray(self.embedding, dtype=np.float32)
+        return self._vector
+
+    @property
+    def ok(self) -> bool:
+        """A 2xx fetch: only those change the outlink history."""
+        return 200 <= self.status < 300
+
+    @property
+    def timestamp(self) -> float:
+        """Epoch seconds of ``fetched_at``."""
+        return self.fetched_at.timestamp()
+
+    @field_validator("url", mode="before")
+    @classmethod
+    def _normalise_url(cls, value: Any) -> str:
+        if not isinstance(value, str):
+            raise ValueError(f"expected a string, got {type(value).__name__}")
+        try:
+            return link_info(value).url
+        except InvalidURL as exc:
+            raise ValueError(str(exc)) from None
+
+    @field_validator("fetched_at", mode="after")
+    @classmethod
+    def _aware_utc(cls, value: datetime) -> datetime:
+        if value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value.astimezone(UTC)
+
+    @field_validator("fetched_at", mode="before")
+    @classmethod
+    def _no_bool_time(cls, value: Any) -> Any:
+        if isinstance(value, bool) or value is None:
+            raise ValueError("expected ISO-8601 text or epoch seconds")
+        return value
+
+    @field_validator("outlinks", mode="before")
+    @classmethod
+    def _check_outlinks(cls, value: Any, info: ValidationInfo) -> list[str]:
+        if not isinstance(value, list):
+            raise ValueError(f"expected a list of URLs, got {type(value).__name__}")
+        limit = (info.context or {}).get("max_outlinks", DEFAULT_MAX_OUTLINKS)
+        if len(value) > limit:
+            raise ValueError(f"{len(value)} outlinks, more than the maximum of {limit}")
+        kept: dict[str, LinkInfo] = {}
+        malformed = 0
+        for raw in value:
+            try:
+                link = link_info(raw)
+            except InvalidURL:
+                malformed += 1
+                continue
+            kept[link.url] = link
+        # The count and the parsed links travel back to parse_event in the context.
+        if info.context is not None:
+            info.context["dropped_outlinks"] = malformed
+            info.context["links"] = tuple(kept.values())
+        return list(kept)
+
+    @field_validator("embedding", mode="after")
+    @classmethod
+    def _check_embedding(cls, value: list[float] | None, info: ValidationInfo) -> list[float] | None:
+        if value is None:
+            return None
+        dim = (info.context or {}).get("embedding_dim", DEFAULT_EMBEDDING_DIM)
+        if len(value) != dim:
+            raise ValueError(f"dimension {len(value)}, expected {dim}")
+        vector = np.asarray(value, dtype=np.float32)
+        if not np.isfinite(vector).all():
+            raise ValueError("contains NaN or infinity (or a value beyond float32)")
+        if not vector.any():
+            raise ValueError("is the zero vector")
+        if info.context is not None:
+            info.context["vector"] = vector
+        return value
+
+    @field_validator("text_quality", "pagerank", "trustrank", mode="after")
+    @classmethod
+    def _finite(cls, value: float | None) -> float | None:
+        if value is not None and not math.isfinite(value):
+            raise ValueError("must be finite")
+        return value
+
+
+def parse_event(
+    raw: bytes | str | Mapping[str, Any],
+    *,
+    embedding_dim: int = DEFAULT_EMBEDDING_DIM,
+    max_outlinks: int = DEFAULT_MAX_OUTLINKS,
+) -> FetchedPage:
+    """Validate one event (JSON bytes/text or a mapping). Raises EventError naming the field."""
+    context: dict[str, Any] = {"embedding_dim": embedding_dim, "max_outlinks": max_outlinks}
+    try:
+        if isinstance(raw, Mapping):
+            event = FetchedPage.model_validate(raw, context=context)
+        else:
+            try:
+                data = orjson.loads(raw)  # the fast path
+            except orjson.JSONDecodeError:
+                # Pydantic's parser names the field where orjson cannot (NaN in an embedding).
+                event = FetchedPage.model_validate_json(raw, context=context)
+            else:
+                event = FetchedPage.model_validate(data, context=context)
+    except ValidationError as exc:
+        raise _event_error(exc) from None
+    event._dropped_outlinks = context.get("dropped_outlinks", 0)
+    event._links = context.get("links")
+    event._vector = context.get("vector")
+    return event
+
+
+@dataclass(frozen=True, slots=True)
+class Fetch:
+    """A validated fetch in the compact form the core works on.
+
+    Outlinks are reduced to what the history needs (sorted unique 32-bit fingerprints with an
+    internal flag each) and the embedding to a unit float32 vector, all as bytes: the record
+    is cheap to keep, to compare and to pass between processes.
+    """
+
+    url: str
+    page_id: int
+    timestamp: float
+    status: int = 200
+    crawl: int | None = None
+    content_size: float | None = None
+    text_size: float | None = None
+    text_quality: float | None = None
+    internal_outlinks: int = 0
+    external_outlinks: int = 0
+    inlinks_internal: float | None = None
+    inlinks_external: float | None = None
+    pagerank: float | None = None
+    trustrank: float | None = None
+    content_digest_fp: int = 0
+    outlink_fps: bytes = b""
+    outlink_internal: bytes = b""
+    vector: bytes | None = None
+    source_fp: int = 0
+    text: str | None = None
+    dropped_outlinks: int = 0
+
+    @property
+    def ok(self) -> bool:
+        """A 2xx fetch: only those change the outlink history."""
+        return 200 <= self.status < 300
+
+    @property
+    def fetched_at(self) -> datetime:
+        return datetime.fromtimestamp(self.timestamp, UTC)
+
+    @property
+    def fingerprints(self) -> np.ndarray:
+        return np.frombuffer(self.outlink_fps, dtype="<u4")
+
+    @property
+    def internal_flags(self) -> np.ndarray:
+        return np.frombuffer(self.outlink_internal, dtype=bool)
+
+    def unit_vector(self) -> np.ndarray | None:
+        if self.vector is None:
+            return None
+        return np.frombuffer(self.vector, dtype="<f4")
+
+
+def prepare(event: FetchedPage) -> Fetch:
+    """The compact `Fetch` of a validated event (one pass over its outlinks)."""
+    page = link_info(event.url)
+    fps: dict[int, bool] = {}
+    n_internal = 0
+    for link in event.outlink_infos:
+        internal = link.site == page.site and link.scheme == page.scheme
+        n_internal += internal
+        fps.setdefault(link.fingerprint, internal)
+    order = sorted(fps)
+    vector = source_fp = None
+    if event.vector is not None:
+        unit = event.vector.astype(np.float64)
+        unit = (unit / np.sqrt(unit @ unit)).astype("<f4")
+        vector = unit.tobytes()
+        source_fp = xxhash.xxh32_intdigest(vector) or 1
+    elif event.text:
+        source_fp = xxhash.xxh32_intdigest(event.text.encode("utf-8"), seed=1) or 1
+    return Fetch(
+        url=event.url,
+        page_id=page.page_id,
+        timestamp=event.timestamp,
+        status=event.status,
+        crawl=event.crawl,
+        content_size=event.content_size,
+        text_size=event.text_size,
+        text_quality=event.text_quality,
+        internal_outlinks=n_internal,
+        external_outlinks=len(event.outlinks) - n_internal,
+        inlinks_internal=event.inlinks_internal,
+        inlinks_external=event.inlinks_external,
+        pagerank=event.pagerank,
+        trustrank=event.trustrank,
+        content_digest_fp=(
+            xxhash.xxh32_intdigest(event.content_digest.encode("utf-8")) or 1
+            if event.content_digest
+            else 0
+        ),
+        outlink_fps=np.array(order, dtype="<u4").tobytes(),
+        outlink_internal=np.array([fps[f] for f in order], dtype=bool).tobytes(),
+        vector=vector,
+        source_fp=source_fp or 0,
+        text=event.text if vector is None else None,
+        dropped_outlinks=event.dropped_outlinks,
+    )
+
+
+def parse_fetch(
+    raw: bytes | str | Mapping[str, Any],
+    *,
+    embedding_dim: int = DEFAULT_EMBEDDING_DIM,
+    max_outlinks: int = DEFAULT_MAX_OUTLINKS,
+) -> Fetch:
+    """`parse_event` then `prepare`: raw input to the core's record. Raises EventError."""
+    return prepare(parse_event(raw, embedding_dim=embedding_dim, max_outlinks=max_outlinks))
+
+
+def _event_error(exc: ValidationError) -> EventError:
+    first = exc.errors(include_url=False)[0]
+    if first["type"] == "json_invalid":
+        return EventError("$", f"not JSON: {first['msg']}")
+    if first["type"] == "model_type":
+        return EventError("$", "not a JSON object")
+    field = ".".join(str(part) for part in first["loc"]) or "$"
+    message = first["msg"]
+    if message.startswith("Value error, "):
+        message = message[len("Value error, ") :]
+    return EventError(field, message)
+
+
+class ScorerRef(BaseModel):
+    """Which scorer produced a priority, so a crawler can audit and compare."""
+
+    name: str
+    version: str
+
+
+class PriorityUpdate(BaseModel):
+    """What lookaround tells the crawler after each accepted fetch."""
+
+    model_config = ConfigDict(extra="allow")
+
+    url: str = Field(description="Normalised URL of the page.")
+    fetched_at: datetime = Field(description="The fetch this score follows.")
+    scored_at: datetime = Field(description="When the score was computed (UTC).")
+    score: float = Field(description="Recrawl priority: higher = recrawl sooner.")
+    expected_new_internal: float | None = Field(
+        description="Expected new internal outlinks at the next fetch; null when the scorer "
+        "makes no count estimate (ccr)."
+    )
+    expected_new_external: float | None = Field(
+        description="Expected new external outlinks at the next fetch; null as above."
+    )
+    p_new: float = Field(ge=0.0, le=1.0, description="P(>= 1 new outlink at the next fetch).")
+    scorer: ScorerRef
+    crawl: int | None = None
+    status: int = 200
+
+
+def utc_now() -> datetime:
+    """Timezone-aware now; the single clock of the package, injectable in callers."""
+    return datetime.now(UTC)

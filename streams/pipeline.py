@@ -1,0 +1,411 @@
+"""The one code path: a batch of fetched-page events in, priority updates and feature rows out.
+
+The embedded replay and the Faust workers both call `PagePipeline.process`; only the store
+behind it differs (memory or Redis). A batch costs one store read, one index search, one
+scorer call and one store write, yet each event is processed as if the events came one at a
+time in order: its history, its related pages and its neighbours' stats are what they were
+right after the event before it. So the output does not depend on how a stream was cut into
+batches, and the replay and the workers agree.
+
+Related pages are recomputed when a page's embedding changes, when it has none yet, and when
+the index has grown ``recompute_growth``-fold since they were found (so the first pages of a
+crawl, found among few others, get real neighbours later); never on every event.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+import numpy as np
+
+from online.embedding import HashingTextEmbedder
+from online.events import DEFAULT_EMBEDDING_DIM, Fetch, FetchedPage, prepare, utc_now
+from online.features import N_STATS, look_around, page_features, page_stats
+from online.history import DEFAULT_HISTORY, Emitted, PageState, update, with_embedding
+from online.index import VectorIndex, neighbour_weights
+from online.links import link_info
+from online.scoring import Score, Scorer
+from streams.stores import Neighbours, PageStore, PageWrites
+
+
+#: Extra candidates fetched beyond k, so near-ties at the k-th place are settled by the exact
+#: recomputed similarities rather than by the search path.
+_MARGIN = 5
+#: Rows per block when similarities are recomputed (bounds the temporary array).
+_CHUNK = 128
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    history: int = DEFAULT_HISTORY
+    neighbours: int = 30
+    embedding_dim: int = DEFAULT_EMBEDDING_DIM
+    recompute_growth: float = 2.0
+
+
+@dataclass(slots=True)
+class Processed:
+    """One event's outcome. ``priority`` and ``features`` are None for duplicates and stale."""
+
+    event: Fetch
+    page_id: int
+    emitted: Emitted
+    features: dict[str, float] | None = None
+    priority: dict | None = None
+
+
+@dataclass
+class _Pending:
+    event: Fetch
+    page_id: int
+    kind: str
+    vector: np.ndarray | None = None
+    vector_fp: int = 0
+    search: bool = False
+    neighbours: Neighbours | None = None
+    indexed_fp: int = 0
+
+
+@dataclass
+class PipelineCounters:
+    applied: int = 0
+    duplicate: int = 0
+    stale: int = 0
+    searches: int = 0
+    embedded_from_text: int = 0
+    by_kind: dict[str, int] = field(default_factory=dict)
+
+
+class PagePipeline:
+    """History, related pages, features and scores for batches of events."""
+
+    def __init__(
+        self,
+        store: PageStore,
+        index: VectorIndex,
+        scorer: Scorer,
+        config: PipelineConfig | None = None,
+        *,
+        embedder: HashingTextEmbedder | None = None,
+        clock: Callable[[], datetime] = utc_now,
+    ) -> None:
+        self.store = store
+        self.index = index
+        self.scorer = scorer
+        self.config = config or PipelineConfig()
+        self.embedder = embedder or HashingTextEmbedder(dim=self.config.embedding_dim)
+        self.clock = clock
+        self.counters = PipelineCounters()
+
+    # -- public ------------------------------------------------------------------------------
+
+    def process(self, events: Sequence[Fetch | FetchedPage]) -> list[Processed]:
+        """Process a batch in order; returns one `Processed` per event, in the same order."""
+        if not events:
+            return []
+        events = [e if isinstance(e, Fetch) else prepare(e) for e in events]
+        split = self._index_switch_point(events)
+        if split is not None and 0 < split < len(events):
+            return self.process(events[:split]) + self.process(events[split:])
+        return self._process(events)
+
+    # -- one batch ---------------------------------------------------------------------------
+
+    def _process(self, events: Sequence[Fetch]) -> list[Processed]:
+        cfg = self.config
+        urls = list(dict.fromkeys(e.url for e in events))
+        states: dict[str, PageState | None] = dict(
+            zip(urls, self.store.get_states(urls), strict=True)
+        )
+        page_ids = {e.url: e.page_id for e in events}
+        stored_nbrs = dict(
+            zip(
+                page_ids.values(),
+                self.store.get_neighbours(list(page_ids.values())),
+                strict=True,
+            )
+        )
+
+        # Pass 1: what each event is (applied / duplicate / stale) and which need a search.
+        pending = self._plan(events, states, page_ids, stored_nbrs)
+
+        # One search against the index as it stood before the batch, merged with the
+        # batch's own earlier vectors; then the batch's vectors go in.
+        new_nbrs = self._find_neighbours(pending)
+
+        # Neighbours' stats as they stood before the batch, one matrix row per page; a page's
+        # row is overwritten as soon as the batch updates it.
+        wanted: dict[int, None] = dict.fromkeys(page_ids.values())
+        for p in pending:
+            nb = new_nbrs.get(id(p)) or p.neighbours
+            if nb is not None:
+                wanted.update(dict.fromkeys(nb.ids.tolist()))
+        row_of = {pid: row for row, pid in enumerate(wanted)}
+        stats = np.full((len(row_of), N_STATS), np.nan, dtype=np.float32)
+        for pid, row in self.store.get_stats(list(wanted)).items():
+            stats[row_of[pid]] = row
+
+        # Pass 2: history updates, features, in order.
+        results: list[Processed] = []
+        writes = PageWrites(states={}, stats={}, neighbours={})
+        current_nbrs: dict[int, Neighbours | None] = dict(stored_nbrs)
+        for p in pending:
+            event = p.event
+            state = states[event.url]
+            if p.kind != "applied":
+                results.append(Processed(event, p.page_id, Emitted(p.kind)))  # type: ignore[arg-type]
+                continue
+            new_state, emitted = update(state, event, history=cfg.history)
+            assert new_state is not None
+            nb = new_nbrs.get(id(p))
+            if nb is not None:
+                current_nbrs[p.page_id] = nb
+                writes.neighbours[p.page_id] = nb
+                new_state = with_embedding(new_state, p.vector_fp)
+            nb = current_nbrs.get(p.page_id)
+            related = None
+            if nb is not None and len(nb.ids):
+                rows = [row_of[i] for i in nb.ids.tolist()]
+                related = look_around(nb.weights, stats[rows])
+            info = link_info(event.url)
+            features = page_features(new_state, info, related, history=cfg.history)
+            own = page_stats(new_state, info)
+            stats[row_of[p.page_id]] = own
+            writes.stats[p.page_id] = own
+            states[event.url] = new_state
+            writes.states[event.url] = new_state
+            results.append(Processed(event, p.page_id, emitted, features))
+
+        scored = [r for r in results if r.features is not None]
+        scores = self.scorer.score_many([r.features for r in scored])  # type: ignore[misc]
+        now = self.clock()
+        for r, s in zip(scored, scores, strict=True):
+            r.priority = self._priority(r.event, s, now)
+        self.store.write(writes)
+        self.counters.applied += len(scored)
+        for r in results:
+            if r.emitted.kind == "duplicate":
+                self.counters.duplicate += 1
+            elif r.emitted.kind == "stale":
+                self.counters.stale += 1
+        return results
+
+    def _plan(
+        self,
+        events: Sequence[Fetch],
+        states: dict[str, PageState | None],
+        page_ids: dict[str, int],
+        stored_nbrs: dict[int, Neighbours | None],
+    ) -> list[_Pending]:
+        """Classify events and decide which need a neighbour search, in stream order."""
+        last_seen = {
+            url: (s.last_fetched_at if s is not None else None) for url, s in states.items()
+        }
+        embed_fp = {url: (s.embedding_fp if s is not None else 0) for url, s in states.items()}
+        # The vector each page has in the index before the batch (its state records it).
+        indexed_fp = {page_ids[url]: fp for url, fp in embed_fp.items()}
+        nbrs = dict(stored_nbrs)
+        size = len(self.index)
+        in_index: set[int] = set()
+        batch_vectors: dict[int, np.ndarray] = {}
+        pending = []
+        for event in events:
+            pid = page_ids[event.url]
+            ts = event.timestamp
+            seen = last_seen[event.url]
+            kind = "applied"
+            if seen is not None and ts == seen:
+                kind = "duplicate"
+            elif seen is not None and ts < seen:
+                kind = "stale"
+            p = _Pending(event, pid, kind, neighbours=nbrs.get(pid))
+            pending.append(p)
+            if kind != "applied":
+                continue
+            last_seen[event.url] = ts
+            vector, fp = self._source(event)
+            if not fp:
+                continue
+            changed = fp != embed_fp[event.url]
+            if changed and vector is None:
+                vector = self._embed_text(event)
+                if vector is None:
+                    continue  # text without a single token: nothing to index
+            if changed and pid not in in_index and pid not in self.index:
+                size += 1
+                in_index.add(pid)
+            current = nbrs.get(pid)
+            grown = current is not None and size >= self.config.recompute_growth * max(
+                current.index_size, 1
+            )
+            if changed or current is None or grown:
+                if vector is None:  # same content as indexed: reuse the indexed vector
+                    vector = batch_vectors.get(pid)
+                    if vector is None:
+                        vector = self.index.reconstruct(pid)
+                    if vector is None:
+                        vector = self._embed_text(event)
+                    if vector is None:
+                        continue
+                p.vector, p.vector_fp, p.search = vector, fp, True
+                p.indexed_fp = indexed_fp.get(pid, 0)
+                indexed_fp[pid] = fp
+                embed_fp[event.url] = fp
+                batch_vectors[pid] = vector
+                # Placeholder so a later event of the same page in this batch sees it as fresh.
+                nbrs[pid] = Neighbours(np.empty(0, np.int64), np.empty(0, np.float32), size)
+        return pending
+
+    @staticmethod
+    def _source(event: Fetch) -> tuple[np.ndarray | None, int]:
+        """(vector if already at hand, fingerprint of what the page's vector comes from).
+
+        Text is fingerprinted before it is embedded, so unchanged text is never embedded again.
+        """
+        return event.unit_vector(), event.source_fp
+
+    def _embed_text(self, event: Fetch) -> np.ndarray | None:
+        if not event.text:
+            return None
+        self.counters.embedded_from_text += 1
+        return self.embedder.embed(event.text)
+
+    def _find_neighbours(self, pending: list[_Pending]) -> dict[int, Neighbours]:
+        """Neighbours for the events that need them, each as of its place in the stream.
+
+        Candidates come from the index as it stood before the batch (minus pages whose vector
+        changed earlier in the batch) and from the vectors the batch itself set before the
+        event; similarities are then recomputed exactly, the same way for every candidate, so
+        the result does not depend on which search path found it. Then the batch's vectors go
+        into the index.
+        """
+        todo = [p for p in pending if p.search]
+        if not todo:
+            return {}
+        k = self.config.neighbours
+        n = len(todo)
+        queries = np.stack([p.vector for p in todo]).astype(np.float32)  # type: ignore[misc]
+        ids = np.array([p.page_id for p in todo], dtype=np.int64)
+        size_before = len(self.index)
+        in_index = np.array([pid in self.index for pid in ids.tolist()], dtype=bool)
+        # A row "moves" its page when it brings a vector other than the indexed one.
+        moved = np.array([p.vector_fp != p.indexed_fp for p in todo], dtype=bool)
+
+        # Candidates from the pre-batch index, without pages moved by an earlier row.
+        base_k = min(k + _MARGIN + 1 + int((moved & in_index).sum()), size_before)
+        if base_k > 0:
+            _, found = self.index.search(queries, base_k, exclude=ids)
+        else:
+            found = np.full((n, 0), -1, np.int64)
+        first_move: dict[int, int] = {}
+        for row in np.flatnonzero(moved).tolist():
+            first_move.setdefault(int(ids[row]), row)
+        flat = found.ravel().tolist()
+        moved_at = np.array([first_move.get(i, n) for i in flat], np.int64).reshape(found.shape)
+        index_ok = (found >= 0) & (found != ids[:, None]) & (moved_at >= np.arange(n)[:, None])
+
+        # Candidates from the batch: earlier rows that moved their page and are still its
+        # latest vector at this row.
+        next_row = np.full(n, n, dtype=np.int64)
+        last_row: dict[int, int] = {}
+        for row in range(n - 1, -1, -1):
+            next_row[row] = last_row.get(int(ids[row]), n)
+            if moved[row]:
+                last_row[int(ids[row])] = row
+        rows = np.arange(n)
+        batch_ok = (
+            (rows[None, :] < rows[:, None])
+            & moved[None, :]
+            & (next_row[None, :] >= rows[:, None])
+            & (ids[None, :] != ids[:, None])
+        )
+        wide = min(k + _MARGIN, n)
+        inner = np.where(batch_ok, queries @ queries.T, -np.inf)
+        batch_rows = np.argpartition(-inner, wide - 1, axis=1)[:, :wide]
+        batch_ok = np.take_along_axis(batch_ok, batch_rows, axis=1)
+
+        cand_ids = np.concatenate([np.where(index_ok, found, -1), ids[batch_rows]], axis=1)
+        valid = np.concatenate([index_ok, batch_ok], axis=1)
+        unique = np.unique(found[index_ok])
+        stored = self.index.reconstruct_many(unique) if len(unique) else None
+        # Elementwise product summed along the contiguous last axis: the same arithmetic for a
+        # pair of vectors whatever the batch, unlike BLAS kernels chosen by shape.
+        sims = np.full(cand_ids.shape, -np.inf, dtype=np.float32)
+        for lo in range(0, n, _CHUNK):
+            hi = min(lo + _CHUNK, n)
+            vecs = np.zeros((hi - lo, cand_ids.shape[1], queries.shape[1]), np.float32)
+            part = index_ok[lo:hi]
+            if stored is not None:
+                where = np.searchsorted(unique, found[lo:hi][part])
+                vecs[:, : found.shape[1]][part] = stored[where]
+            vecs[:, found.shape[1] :] = queries[batch_rows[lo:hi]]
+            exact = (vecs * queries[lo:hi, None, :]).sum(axis=-1)
+            sims[lo:hi] = np.where(valid[lo:hi], exact, -np.inf)
+        order = np.lexsort((cand_ids, -sims), axis=-1)[:, :k]
+        best_ids = np.take_along_axis(cand_ids, order, axis=1)
+        best_sims = np.take_along_axis(sims, order, axis=1)
+        best_ids = np.where(np.isfinite(best_sims), best_ids, -1)
+        weights = neighbour_weights(np.where(best_ids >= 0, best_sims, 0.0), best_ids)
+        new_so_far = np.cumsum(~in_index & _first_occurrence(ids))
+
+        out: dict[int, Neighbours] = {}
+        for row, p in enumerate(todo):
+            keep = weights[row] > 0
+            out[id(p)] = Neighbours(
+                best_ids[row][keep],
+                weights[row][keep].astype(np.float32),
+                size_before + int(new_so_far[row]),
+            )
+        latest = {p.page_id: p for p, m in zip(todo, moved, strict=True) if m}
+        if latest:
+            self.index.upsert(
+                np.array(list(latest), dtype=np.int64),
+                np.stack([p.vector for p in latest.values()]).astype(np.float32),  # type: ignore[misc]
+            )
+        self.counters.searches += n
+        return out
+
+    def _index_switch_point(self, events: Sequence[Fetch]) -> int | None:
+        """Where, in this batch, the index changes search method (exact -> approximate)."""
+        switch_at = getattr(self.index, "exact_below", None)
+        if switch_at is None or len(self.index) >= switch_at:
+            return None
+        size = len(self.index)
+        seen: set[int] = set()
+        for i, event in enumerate(events):
+            if not event.source_fp:
+                continue
+            pid = event.page_id
+            if pid in seen or pid in self.index:
+                continue
+            seen.add(pid)
+            size += 1
+            if size > switch_at:
+                return i
+        return None
+
+    def _priority(self, event: Fetch, score: Score, now: datetime) -> dict:
+        return {
+            "url": event.url,
+            "fetched_at": event.fetched_at.isoformat().replace("+00:00", "Z"),
+            "scored_at": now.isoformat().replace("+00:00", "Z"),
+            "score": _round(score.score),
+            "expected_new_internal": _round(score.expected_new_internal),
+            "expected_new_external": _round(score.expected_new_external),
+            "p_new": _round(score.p_new),
+            "scorer": {"name": self.scorer.name, "version": self.scorer.version},
+            "crawl": event.crawl,
+            "status": event.status,
+        }
+
+
+def _first_occurrence(ids: np.ndarray) -> np.ndarray:
+    first = np.zeros(len(ids), dtype=bool)
+    first[np.unique(ids, return_index=True)[1]] = True
+    return first
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(float(value), 6)

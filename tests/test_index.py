@@ -1,0 +1,286 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
+
+from online.index import (
+    FaissIndex,
+    VectorIndex,
+    default_nlist,
+    exact_search,
+    knn_graph,
+    neighbour_weights,
+    recall_at_k,
+)
+
+DIM = 8
+EXACT_BELOW = 12
+NLIST = 3
+
+
+def unit(n: int, dim: int = DIM, seed: int = 0) -> np.ndarray:
+    x = np.random.default_rng(seed).standard_normal((n, dim)).astype(np.float32)
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def clustered(n: int, dim: int = 16, clusters: int = 12, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    centres = rng.standard_normal((clusters, dim))
+    x = centres[rng.integers(0, clusters, n)] + 0.35 * rng.standard_normal((n, dim))
+    return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+
+
+def small_index(**kw: int) -> FaissIndex:
+    args = {"exact_below": EXACT_BELOW, "nlist": NLIST, "nprobe": NLIST, **kw}
+    return FaissIndex(dim=DIM, **args)
+
+
+def check_against_model(index: FaissIndex, model: dict[int, np.ndarray], seed: int) -> None:
+    """Index state equals the dict model; exhaustive search equals brute force (ties allowed)."""
+    keys = np.array(sorted(model), dtype=np.int64)
+    assert len(index) == len(model)
+    assert np.array_equal(index.ids(), keys)
+    for page, vec in model.items():
+        assert page in index
+        assert np.array_equal(index.reconstruct(page), vec)
+    queries = unit(5, seed=seed + 1000)
+    if len(keys):  # queries that are stored pages, excluding themselves
+        queries = np.vstack([queries, np.stack([model[int(i)] for i in keys[:3]])])
+    exclude = np.concatenate([np.full(5, -1), keys[:3]])
+    k = 6
+    sims, ids = index.search(queries, k, exclude=exclude)
+    assert sims.shape == ids.shape == (len(queries), k)
+    assert sims.dtype == np.float32 and ids.dtype == np.int64
+    matrix = np.stack([model[int(i)] for i in keys]) if len(keys) else np.zeros((0, DIM))
+    ref_s, ref_i = exact_search(matrix, keys, queries, k, exclude)
+    np.testing.assert_allclose(sims, ref_s, atol=1e-5)
+    assert np.array_equal(ids >= 0, ref_i >= 0)
+    for row, excl in zip(ids, exclude, strict=True):
+        found = row[row >= 0]
+        assert len(set(found.tolist())) == len(found)  # no duplicates
+        assert excl not in found.tolist()
+        assert all(int(i) in model for i in found)  # never a removed id
+    for row_s, row, q in zip(sims, ids, queries, strict=True):
+        for s, i in zip(row_s, row, strict=True):
+            if i >= 0:
+                assert abs(float(model[int(i)] @ q) - float(s)) < 1e-5
+            else:
+                assert s == 0.0
+
+
+# --------------------------------------------------------------------------------------
+# FaissIndex
+
+
+def test_is_a_vector_index() -> None:
+    assert isinstance(FaissIndex(dim=4), VectorIndex)
+
+
+def test_empty_index_and_padding() -> None:
+    index = small_index()
+    sims, ids = index.search(unit(2), 3)
+    assert (ids == -1).all() and (sims == 0).all() and sims.shape == (2, 3)
+    index.upsert(np.array([5, 6]), unit(2))
+    sims, ids = index.search(unit(1, seed=3), 4, exclude=np.array([5]))
+    assert ids.tolist() == [[6, -1, -1, -1]] and sims[0, 1:].tolist() == [0, 0, 0]
+    assert index.search(unit(1), 0)[1].shape == (1, 0)
+    assert index.reconstruct(99) is None and 99 not in index and "x" not in index
+
+
+def test_bad_input_rejected() -> None:
+    index = small_index()
+    with pytest.raises(ValueError):
+        index.upsert(np.array([-1]), unit(1))
+    with pytest.raises(ValueError):
+        index.upsert(np.array([1, 2]), unit(1))
+    with pytest.raises(ValueError):
+        index.upsert(np.array([1]), unit(1, dim=DIM + 1))
+    with pytest.raises(ValueError):
+        index.search(unit(2), 3, exclude=np.array([1]))
+    with pytest.raises(ValueError):
+        FaissIndex(dim=4, exact_below=10, nlist=11)
+
+
+def test_replace_and_last_wins_within_one_call() -> None:
+    index = small_index()
+    v = unit(4)
+    index.upsert(np.array([1, 2, 1]), v[:3])
+    assert len(index) == 2 and np.array_equal(index.reconstruct(1), v[2])
+    index.upsert(np.array([2]), v[3:])
+    assert len(index) == 2 and np.array_equal(index.reconstruct(2), v[3])
+    index.remove(np.array([2, 2, 77]))
+    assert len(index) == 1 and 2 not in index
+
+
+def test_switches_to_ivf_exactly_at_exact_below() -> None:
+    index = small_index()
+    v = unit(EXACT_BELOW + 5)
+    index.upsert(np.arange(EXACT_BELOW - 1), v[: EXACT_BELOW - 1])
+    index.upsert(np.array([0]), v[-1:])  # a replacement does not grow the index
+    assert not index.is_ivf
+    index.upsert(np.arange(EXACT_BELOW - 1, EXACT_BELOW + 3), v[EXACT_BELOW - 1 : EXACT_BELOW + 3])
+    assert index.is_ivf and len(index) == EXACT_BELOW + 3
+    index.remove(np.arange(5))
+    assert index.is_ivf and len(index) == EXACT_BELOW - 2  # never switches back
+
+
+def test_default_nlist() -> None:
+    assert default_nlist(20_000) == 512
+    assert default_nlist(10) == 1
+    assert default_nlist(200) == 4  # >= 39 training points per list
+    assert default_nlist(10**9) == 65_536
+
+
+def test_ivf_with_small_nprobe_still_valid() -> None:
+    index = FaissIndex(dim=16, exact_below=300, nlist=16, nprobe=1)
+    x = clustered(600)
+    index.upsert(np.arange(600), x)
+    index.remove(np.arange(0, 600, 3))
+    sims, ids = index.search(x[:50], 10, exclude=np.arange(50))
+    assert not np.isin(ids, np.arange(0, 600, 3)).any()
+    assert not (ids == np.arange(50)[:, None]).any()
+    live = np.setdiff1d(np.arange(600), np.arange(0, 600, 3))
+    _, ref = exact_search(x[live], live, x[:50], 10, np.arange(50))
+    assert recall_at_k(ids, ref) > 0.5
+    assert (np.diff(sims, axis=1) <= 1e-6).all()  # best first
+
+
+ops = st.lists(
+    st.tuples(
+        st.sampled_from(["upsert", "upsert", "upsert", "remove"]),
+        st.lists(st.integers(0, 40), min_size=0, max_size=14),
+        st.integers(0, 2**16),
+    ),
+    min_size=1,
+    max_size=10,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(ops)
+def test_any_sequence_of_updates_matches_a_dict_model(operations: list) -> None:
+    index = small_index()
+    model: dict[int, np.ndarray] = {}
+    for step, (op, ids, seed) in enumerate(operations):
+        arr = np.array(ids, dtype=np.int64)
+        if op == "upsert":
+            vecs = unit(len(ids), seed=seed)
+            index.upsert(arr, vecs)
+            for i, v in zip(ids, vecs, strict=True):
+                model[i] = v
+        else:
+            index.remove(arr)
+            for i in ids:
+                model.pop(i, None)
+        check_against_model(index, model, seed=step)
+    event(f"ended in {'ivf' if index.is_ivf else 'exact'} mode")
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.integers(0, 45), min_size=EXACT_BELOW + 4, max_size=70),
+    st.lists(st.integers(1, 20), min_size=1, max_size=8),
+    st.lists(st.integers(0, 45), max_size=8),
+)
+def test_chunking_does_not_change_results(
+    items: list[int], chunks: list[int], removed: list[int]
+) -> None:
+    """Same upserts in the same order -> identical index, across the exact -> IVF switch."""
+    vecs = unit(len(items), seed=len(items))
+    ids = np.array(items, dtype=np.int64)
+    whole, pieces = small_index(nprobe=2), small_index(nprobe=2)
+    whole.upsert(ids, vecs)
+    start = 0
+    for size in [*chunks, len(items)]:
+        pieces.upsert(ids[start : start + size], vecs[start : start + size])
+        start += size
+        if start >= len(items):
+            break
+    for index in (whole, pieces):
+        index.remove(np.array(removed, dtype=np.int64))
+        index.upsert(ids[:5], vecs[-5:][: len(ids[:5])])
+    assert whole.is_ivf == pieces.is_ivf
+    event(f"ended in {'ivf' if whole.is_ivf else 'exact'} mode")
+    assert np.array_equal(whole.ids(), pieces.ids())
+    for page in whole.ids():
+        assert np.array_equal(whole.reconstruct(page), pieces.reconstruct(page))
+    queries = unit(6, seed=99)
+    a, b = whole.search(queries, 7), pieces.search(queries, 7)
+    assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
+
+
+def test_exhaustive_ivf_matches_exact_on_clustered_data() -> None:
+    x = clustered(500)
+    ivf = FaissIndex(dim=16, exact_below=200, nlist=8, nprobe=8)
+    ivf.upsert(np.arange(500) * 3, x)
+    assert ivf.is_ivf
+    sims, ids = ivf.search(x[:40], 30, exclude=np.arange(40) * 3)
+    ref_s, ref_i = exact_search(x, np.arange(500) * 3, x[:40], 30, np.arange(40) * 3)
+    np.testing.assert_allclose(sims, ref_s, atol=1e-5)
+    assert recall_at_k(ids, ref_i) > 0.99
+
+
+# --------------------------------------------------------------------------------------
+# k-NN graph, weights, recall
+
+
+def brute_graph(x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    return exact_search(x, np.arange(len(x)), x, k, np.arange(len(x)))
+
+
+def test_knn_graph_exact_equals_brute_force() -> None:
+    x = clustered(700)
+    sims, idx = knn_graph(x, k=30, method="exact")
+    ref_s, ref_i = brute_graph(x, 30)
+    np.testing.assert_allclose(sims, ref_s, atol=1e-5)
+    assert recall_at_k(idx, ref_i) > 0.999
+    assert not (idx == np.arange(len(x))[:, None]).any()
+    auto_s, _ = knn_graph(x, k=30)  # small n: auto is exact
+    np.testing.assert_allclose(auto_s, sims, atol=1e-6)
+
+
+def test_knn_graph_with_fewer_rows_than_k_and_duplicates() -> None:
+    x = np.eye(4, dtype=np.float32)[[0, 0, 1, 2]]
+    for method in ("exact", "ivf"):
+        sims, idx = knn_graph(x, k=5, method=method, nlist=2, nprobe=2)
+        assert idx[0, 0] == 1 and idx[1, 0] == 0 and sims[0, 0] == pytest.approx(1.0)
+        assert (idx[:, 3:] == -1).all() and (sims[:, 3:] == 0).all()
+        assert not (idx == np.arange(4)[:, None]).any()
+
+
+def test_knn_graph_ivf_exhaustive_equals_exact_and_default_is_accurate() -> None:
+    x = clustered(3000, clusters=40)
+    ref_s, ref_i = brute_graph(x, 30)
+    calls: list[tuple[int, int]] = []
+    sims, idx = knn_graph(
+        x, 30, method="ivf", nlist=16, nprobe=16, progress=lambda d, t: calls.append((d, t))
+    )
+    np.testing.assert_allclose(sims, ref_s, atol=1e-5)
+    assert recall_at_k(idx, ref_i) > 0.999
+    assert not (idx == np.arange(len(x))[:, None]).any()
+    assert calls[-1][0] == calls[-1][1] and len(calls) > 2
+    _, approx = knn_graph(x, 30, method="ivf")
+    assert recall_at_k(approx, ref_i) > 0.9
+    with pytest.raises(ValueError):
+        knn_graph(x, 30, method="hnsw-ish")
+
+
+def test_neighbour_weights() -> None:
+    sims = np.array([[0.8, 0.2, -0.3, 0.5], [-0.1, -0.2, 0.0, 0.3], [-0.5, -0.1, 0.0, 0.0]])
+    ids = np.array([[1, 2, 3, -1], [4, 5, 6, -1], [7, 8, -1, -1]])
+    w = neighbour_weights(sims, ids)
+    np.testing.assert_allclose(w[0], [0.8, 0.2, 0.0, 0.0])
+    np.testing.assert_allclose(w[1], [0.0, 0.0, 0.0, 0.0])  # only positive one is missing
+    np.testing.assert_allclose(w[2], 0.0)
+    assert (w >= 0).all()
+    rng = np.random.default_rng(0)
+    many = neighbour_weights(rng.uniform(-0.2, 1.0, (50, 30)), rng.integers(-1, 100, (50, 30)))
+    sums = many.sum(axis=1)
+    assert np.all((np.abs(sums - 1.0) < 1e-9) | (sums == 0.0))
+
+
+def test_recall_at_k() -> None:
+    assert recall_at_k(np.array([[1, 2], [3, 4]]), np.array([[1, 2], [5, 4]])) == 0.75
+    assert recall_at_k(np.array([[1, -1]]), np.array([[1, -1]])) == 1.0

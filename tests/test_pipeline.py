@@ -1,0 +1,197 @@
+"""The one code path: batch independence, honesty, related pages, store parity."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import timedelta
+
+import numpy as np
+import pytest
+
+from online.events import FetchedPage, parse_event
+from online.history import PageState, from_bytes, states_equal, to_bytes
+from online.index import FaissIndex
+from online.scoring import get_scorer
+from streams.pipeline import PagePipeline, PipelineConfig
+from streams.stores import (
+    MemoryPageStore,
+    Neighbours,
+    PageWrites,
+    stats_from_bytes,
+    stats_to_bytes,
+)
+
+DAY = 86_400
+DIM = 8
+
+
+class BytesPageStore:
+    """Keeps only serialised bytes, as Redis will: proves the bytes lose nothing."""
+
+    def __init__(self) -> None:
+        self.data: dict[str, bytes] = {}
+
+    def get_states(self, urls: Sequence[str]) -> list[PageState | None]:
+        return [from_bytes(b) if (b := self.data.get("s" + u)) else None for u in urls]
+
+    def get_neighbours(self, page_ids: Sequence[int]) -> list[Neighbours | None]:
+        return [
+            Neighbours.from_bytes(b) if (b := self.data.get(f"n{p}")) else None for p in page_ids
+        ]
+
+    def get_stats(self, page_ids: Iterable[int]) -> Mapping[int, np.ndarray]:
+        return {p: stats_from_bytes(b) for p in page_ids if (b := self.data.get(f"t{p}"))}
+
+    def write(self, writes: PageWrites) -> None:
+        for url, state in writes.states.items():
+            self.data["s" + url] = to_bytes(state)
+        for pid, row in writes.stats.items():
+            self.data[f"t{pid}"] = stats_to_bytes(row)
+        for pid, nb in writes.neighbours.items():
+            self.data[f"n{pid}"] = nb.to_bytes()
+
+
+def unit(v: np.ndarray) -> list[float]:
+    return (v / np.linalg.norm(v)).round(6).tolist()
+
+
+def crawl(pages: int = 60, rounds: int = 5, seed: int = 1) -> list[FetchedPage]:
+    """Two clusters: even 'busy' pages gain links every round, odd 'calm' pages never do.
+
+    Pages p % 7 == 3 carry no embedding; pages p % 5 == 0 change their embedding every round.
+    """
+    rng = np.random.default_rng(seed)
+    centres = [rng.normal(size=DIM), rng.normal(size=DIM)]
+    base = [centres[p % 2] + 0.3 * rng.normal(size=DIM) for p in range(pages)]
+    events = []
+    for r in range(rounds):
+        for p in range(pages):
+            busy = p % 2 == 0
+            links = [f"https://s.org/p{p}/{i}" for i in range(3 + (r * 2 if busy else 0))]
+            if busy and r >= 2:
+                links.append(f"https://ext.net/{p}/{r}")
+            raw: dict = {
+                "url": f"https://s.org/p{p}",
+                "fetched_at": r * 7 * DAY + int(rng.integers(0, DAY)),
+                "outlinks": links,
+                "crawl": r,
+                "content_size": 1000 + p,
+            }
+            if p % 7 != 3:
+                vec = base[p] + (0.1 * rng.normal(size=DIM) if p % 5 == 0 else 0)
+                raw["embedding"] = unit(vec)
+            events.append(parse_event(raw, embedding_dim=DIM))
+    events.sort(key=lambda e: e.timestamp)
+    return events
+
+
+def run(events, batch: int, store=None, scorer: str = "lbla", exact_below: int = 10_000):
+    pipeline = PagePipeline(
+        store if store is not None else MemoryPageStore(),
+        FaissIndex(dim=DIM, exact_below=exact_below),
+        get_scorer(scorer),
+        PipelineConfig(embedding_dim=DIM, neighbours=5),
+    )
+    out = []
+    for i in range(0, len(events), batch):
+        out.extend(pipeline.process(events[i : i + batch]))
+    return pipeline, out
+
+
+def comparable(results) -> list:
+    rows = []
+    for r in results:
+        p = dict(r.priority) if r.priority else None
+        if p:
+            p.pop("scored_at")
+        rows.append((r.event.url, r.emitted.kind, p, r.features))
+    return rows
+
+
+@pytest.fixture(scope="module")
+def events() -> list[FetchedPage]:
+    return crawl()
+
+
+def test_output_does_not_depend_on_batching(events) -> None:
+    _, one = run(events, 1)
+    for size in (7, 64, 10_000):
+        _, other = run(events, size)
+        assert comparable(other) == comparable(one), f"batch size {size} differs"
+
+
+def test_index_switch_to_approximate_does_not_depend_on_batching(events) -> None:
+    _, one = run(events, 1, exact_below=25)
+    _, other = run(events, 50, exact_below=25)
+    assert comparable(other) == comparable(one)
+
+
+def test_serialising_store_gives_the_same_scores(events) -> None:
+    mem_pipe, mem = run(events, 32)
+    byte_pipe, byts = run(events, 32, store=BytesPageStore())
+    assert comparable(byts) == comparable(mem)
+    for url, state in mem_pipe.store.states.items():
+        assert states_equal(byte_pipe.store.get_states([url])[0], state)
+
+
+def test_features_use_only_earlier_fetches(events) -> None:
+    _, full = run(events, 50)
+    for cut in (31, 150, len(events) - 1):
+        _, prefix = run(events[: cut + 1], 50)
+        assert prefix[cut].features == full[cut].features
+
+
+def test_related_pages_carry_the_cluster_signal(events) -> None:
+    pipeline, results = run(events, 50)
+    busy_ids = {r.page_id for r in results if int(r.event.url.rsplit("p", 1)[1]) % 2 == 0}
+    for pid, nb in pipeline.store.neighbours.items():
+        if len(nb.ids):
+            assert abs(nb.weights.sum() - 1) < 1e-5
+            assert pid not in nb.ids.tolist()
+            same = np.isin(nb.ids, list(busy_ids)) == (pid in busy_ids)
+            assert same.mean() >= 0.8
+    last = {r.event.url: r for r in results if r.features}
+    busy = [r for u, r in last.items() if int(u.rsplit("p", 1)[1]) % 2 == 0 and "dn_related_lcr_internal" in r.features]
+    calm = [r for u, r in last.items() if int(u.rsplit("p", 1)[1]) % 2 == 1 and "dn_related_lcr_internal" in r.features]
+    assert busy and calm
+    assert min(r.features["dn_related_lcr_internal"] for r in busy) > max(
+        r.features["dn_related_lcr_internal"] for r in calm
+    )
+
+
+def test_first_fetch_prior_comes_from_related_pages(events) -> None:
+    pipeline, _ = run(events, 50)
+    newcomer = parse_event(
+        {"url": "https://s.org/new", "fetched_at": 100 * DAY, "outlinks": [],
+         "embedding": unit(np.ones(DIM))}, embedding_dim=DIM,
+    )
+    busy_vec = pipeline.index.reconstruct(next(iter(
+        pid for pid in pipeline.store.neighbours if pid in pipeline.index
+    )))
+    newcomer = newcomer.model_copy(update={"embedding": busy_vec.tolist()})
+    (r,) = pipeline.process([newcomer])
+    assert r.features["dp_intervals"] == 0 and "dn_related_rate_internal_per_day" in r.features
+    assert r.priority["expected_new_internal"] == pytest.approx(
+        r.features["dn_related_rate_internal_per_day"] * 7, rel=1e-4
+    )
+
+
+def test_pages_without_embedding_are_scored_from_history(events) -> None:
+    _, results = run(events, 50)
+    bare = [r for r in results if r.event.url.endswith(("p3", "p10", "p17")) and r.features]
+    assert bare and all(r.priority is not None for r in bare)
+    assert all("dn_related_lcr_internal" not in r.features for r in bare)
+    assert any(r.priority["score"] > 0 for r in bare if r.event.url.endswith("p10"))
+
+
+def test_duplicates_and_stale_are_counted_not_scored(events) -> None:
+    pipeline, _ = run(events[:100], 20)
+    last = events[99]  # the latest fetch of its page in the prefix
+    older = last.model_copy(update={"fetched_at": last.fetched_at - timedelta(days=1)})
+    again = pipeline.process([last, older])
+    assert [r.emitted.kind for r in again] == ["duplicate", "stale"]
+    assert all(r.priority is None and r.features is None for r in again)
+    assert (pipeline.counters.duplicate, pipeline.counters.stale) == (1, 1)
+    # the same event twice inside one batch
+    _, twice = run([events[0], events[0]], 10)
+    assert [r.emitted.kind for r in twice] == ["applied", "duplicate"]
