@@ -38,7 +38,8 @@ def main() -> None:
     blob = to_bytes(state)
     assert states_equal(from_bytes(blob), state)
     print(f"outlinks: {len(state.fingerprints)}, window: {len(state.window)} intervals")
-    print(f"serialised history: {len(blob)} bytes per page (floor {FLOOR}; ratio {len(blob) / FLOOR:.2f})")
+    ratio = len(blob) / FLOOR
+    print(f"serialised history: {len(blob)} bytes per page (floor {FLOOR}; ratio {ratio:.2f})")
 
 
 if __name__ == "__main__":

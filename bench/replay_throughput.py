@@ -38,8 +38,21 @@ def main() -> None:
         print(f"generated {events} in {time.perf_counter() - started:.1f} s")
     summary = replay(events, work / "run", scorer=args.scorer, batch_size=args.batch_size)
     eps = summary.events_read / summary.seconds
-    print(json.dumps({k: getattr(summary, k) for k in (
-        "events_read", "applied", "pages", "indexed_pages", "neighbour_searches", "seconds")}))
+    print(
+        json.dumps(
+            {
+                k: getattr(summary, k)
+                for k in (
+                    "events_read",
+                    "applied",
+                    "pages",
+                    "indexed_pages",
+                    "neighbour_searches",
+                    "seconds",
+                )
+            }
+        )
+    )
     print(f"replay throughput: {eps:,.0f} events/s (floor {FLOOR:,.0f}; ratio {eps / FLOOR:.2f})")
 
 

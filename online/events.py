@@ -20,6 +20,7 @@ url | not an http(s) URL: 'ftp://example.com/'
 from __future__ import annotations
 
 import math
+import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -28,7 +29,6 @@ from typing import Any
 import numpy as np
 import orjson
 import xxhash
-
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -164,7 +164,9 @@ class FetchedPage(BaseModel):
 
     @field_validator("embedding", mode="after")
     @classmethod
-    def _check_embedding(cls, value: list[float] | None, info: ValidationInfo) -> list[float] | None:
+    def _check_embedding(
+        cls, value: list[float] | None, info: ValidationInfo
+    ) -> list[float] | None:
         if value is None:
             return None
         dim = (info.context or {}).get("embedding_dim", DEFAULT_EMBEDDING_DIM)
@@ -217,6 +219,8 @@ def parse_event(
 @dataclass(frozen=True, slots=True)
 class Fetch:
     """A validated fetch in the compact form the core works on.
+
+    Numeric page values are rounded to float32, the precision page state is kept at.
 
     Outlinks are reduced to what the history needs (sorted unique 32-bit fingerprints with an
     internal flag each) and the embedding to a unit float32 vector, all as bytes: the record
@@ -292,15 +296,15 @@ def prepare(event: FetchedPage) -> Fetch:
         timestamp=event.timestamp,
         status=event.status,
         crawl=event.crawl,
-        content_size=event.content_size,
-        text_size=event.text_size,
-        text_quality=event.text_quality,
+        content_size=_f32(event.content_size),
+        text_size=_f32(event.text_size),
+        text_quality=_f32(event.text_quality),
         internal_outlinks=n_internal,
         external_outlinks=len(event.outlinks) - n_internal,
-        inlinks_internal=event.inlinks_internal,
-        inlinks_external=event.inlinks_external,
-        pagerank=event.pagerank,
-        trustrank=event.trustrank,
+        inlinks_internal=_f32(event.inlinks_internal),
+        inlinks_external=_f32(event.inlinks_external),
+        pagerank=_f32(event.pagerank),
+        trustrank=_f32(event.trustrank),
         content_digest_fp=(
             xxhash.xxh32_intdigest(event.content_digest.encode("utf-8")) or 1
             if event.content_digest
@@ -313,6 +317,19 @@ def prepare(event: FetchedPage) -> Fetch:
         text=event.text if vector is None else None,
         dropped_outlinks=event.dropped_outlinks,
     )
+
+
+_F32 = struct.Struct("<f")
+
+
+def _f32(value: float | None) -> float | None:
+    """Round to float32, the precision page state is kept at (so stores lose nothing)."""
+    if value is None:
+        return None
+    try:
+        return _F32.unpack(_F32.pack(value))[0]
+    except OverflowError:  # beyond float32: keep the float32 infinity of the right sign
+        return float(np.float32(value))
 
 
 def parse_fetch(

@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from online.history import DEFAULT_HISTORY, SN_FIELDS, SP_FIELDS, PageState
+from online.history import DEFAULT_HISTORY, NAN, SN_FIELDS, SP_FIELDS, PageState
 from online.links import LinkInfo, domain_depth, url_path_depth
 
 #: Per-page stats that related pages contribute (one float32 row per page in the stats store).
@@ -52,45 +52,166 @@ _STATIC_STATS = STATS_FIELDS[9:]
 N_STATS = len(STATS_FIELDS)
 
 
-def page_stats(state: PageState, page: LinkInfo) -> np.ndarray:
-    """The float32 stats row this page contributes to its neighbours' look-around features."""
-    lcr = state.lcr()
-    av = state.nnl_average()
-    pr = state.nnl_previous()
-    rate = state.rates_per_day()
-    row = (
-        *lcr,
-        *av,
-        *pr,
-        *rate,
-        float(len(state.window)),
+_AGGREGATES = (
+    "dp_intervals",
+    "dp_fetches",
+    "dp_errors",
+    "dp_new_internal_mean",
+    "dp_new_external_mean",
+    "dp_lcr_internal",
+    "dp_lcr_external",
+    "dp_ccr",
+    "dp_interval_days_mean",
+    "dp_rate_internal_per_day",
+    "dp_rate_external_per_day",
+    "dp_intervals_since_new",
+)
+_LAGGED = ("new_internal", "new_external", "content_changed", "interval_days")
+
+
+def own_feature_names(history: int = DEFAULT_HISTORY) -> list[str]:
+    """Names of the features a page has from its own state, in `own_features` order."""
+    names = [f"sp_{n}" for n in SP_FIELDS] + ["sp_url_path_depth", "sp_domain_depth"]
+    names += [f"sn_{n}" for n in SN_FIELDS]
+    names += [f"dp_previous_{n}" for n in SP_FIELDS]
+    for kind in _LAGGED:
+        names += [f"dp_{kind}_{lag}" for lag in range(1, history + 1)]
+    return names + list(_AGGREGATES)
+
+
+#: Features from related pages (look around), in `related_features` column order.
+RELATED_NAMES = [
+    "sn_related_count",
+    "dn_related_coverage",
+    *[
+        ("dn_related_" if name in _DYNAMIC_STATS else "sn_related_") + name
+        for name in STATS_FIELDS
+        if name != "intervals"
+    ],
+]
+_RELATED_STATS = [j for j, name in enumerate(STATS_FIELDS) if name != "intervals"]
+
+
+def feature_names(history: int = DEFAULT_HISTORY) -> list[str]:
+    """Every feature name, in the column order of the feature matrix."""
+    return own_feature_names(history) + RELATED_NAMES
+
+
+_DEPTHS: dict[str, tuple[float, float]] = {}
+
+
+def _depths(url: str) -> tuple[float, float]:
+    depths = _DEPTHS.get(url)
+    if depths is None:
+        if len(_DEPTHS) > 1 << 20:
+            _DEPTHS.clear()
+        depths = _DEPTHS[url] = (float(url_path_depth(url)), float(domain_depth(url)))
+    return depths
+
+
+def own_features(state: PageState, page: LinkInfo, history: int = DEFAULT_HISTORY) -> list[float]:
+    """A page's own features right after its latest fetch, NaN where unknown.
+
+    Lags run from the most recent interval (1) back to ``history``.
+    """
+    window = state.window[-history:] if history > 0 else ()
+    n = len(window)
+    recent = window[::-1]
+    pad = [NAN] * (history - n)
+    new_int = [float(iv.new_internal) for iv in recent]
+    new_ext = [float(iv.new_external) for iv in recent]
+    changed = [float(iv.content_changed) for iv in recent]
+    days = [iv.days for iv in recent]
+    if n:
+        total_days = sum(days)
+        sum_int, sum_ext = sum(new_int), sum(new_ext)
+        aggregates = [
+            float(n),
+            float(state.fetches),
+            float(state.errors),
+            sum_int / n,
+            sum_ext / n,
+            sum(1.0 for x in new_int if x) / n,
+            sum(1.0 for x in new_ext if x) / n,
+            sum(changed) / n,
+            total_days / n,
+            sum_int / total_days if total_days > 0 else NAN,
+            sum_ext / total_days if total_days > 0 else NAN,
+            float(next((i for i in range(n) if new_int[i] or new_ext[i]), n)),
+        ]
+    else:
+        aggregates = [0.0, float(state.fetches), float(state.errors)] + [NAN] * 9
+    return [
         *state.sp,
-        float(url_path_depth(page.url)),
-        float(domain_depth(page.url)),
-    )
-    return np.array(row, dtype=np.float32)
+        *_depths(page.url),
+        *state.sn,
+        *state.sp_previous,
+        *new_int,
+        *pad,
+        *new_ext,
+        *pad,
+        *changed,
+        *pad,
+        *days,
+        *pad,
+        *aggregates,
+    ]
+
+
+def stats_columns(history: int = DEFAULT_HISTORY) -> list[int]:
+    """Where each STATS_FIELDS value sits in an `own_features` row (history >= 1)."""
+    names = own_feature_names(history)
+    source = {
+        "lcr_internal": "dp_lcr_internal",
+        "lcr_external": "dp_lcr_external",
+        "new_internal_mean": "dp_new_internal_mean",
+        "new_external_mean": "dp_new_external_mean",
+        "new_internal_last": "dp_new_internal_1",
+        "new_external_last": "dp_new_external_1",
+        "rate_internal_per_day": "dp_rate_internal_per_day",
+        "rate_external_per_day": "dp_rate_external_per_day",
+        "intervals": "dp_intervals",
+        **{name: f"sp_{name}" for name in _STATIC_STATS},
+    }
+    return [names.index(source[field]) for field in STATS_FIELDS]
+
+
+def page_stats(state: PageState, page: LinkInfo, history: int = DEFAULT_HISTORY) -> np.ndarray:
+    """The float32 stats row this page contributes to its neighbours' look-around features."""
+    history = max(history, 1)
+    row = np.array(own_features(state, page, history), dtype=np.float64)
+    return row[stats_columns(history)].astype(np.float32)
+
+
+def related_features(weights: np.ndarray, stats: np.ndarray) -> np.ndarray:
+    """Look-around features of a batch: weighted means of related pages' stats.
+
+    ``weights`` (B, k) sum to 1 per row over the neighbours found (0 for empty slots);
+    ``stats`` (B, k, N_STATS). Unknown (NaN) stats drop out of each mean; a row without
+    neighbours is all NaN. Sums run over neighbours in slot order, the same arithmetic
+    for a row whatever the batch size.
+    """
+    known = ~np.isnan(stats)
+    w = weights[:, :, None]
+    den = (w * known).sum(axis=1)
+    num = (w * np.where(known, stats, 0.0)).sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        means = np.where(den > 0, num / den, np.nan)
+    out = np.empty((len(weights), len(RELATED_NAMES)), dtype=np.float64)
+    count = (weights > 0).sum(axis=1).astype(np.float64)
+    out[:, 0] = count
+    out[:, 1] = den[:, 0]
+    out[:, 2:] = means[:, _RELATED_STATS]
+    out[count == 0] = np.nan
+    return out
 
 
 def look_around(weights: np.ndarray, stats: np.ndarray) -> dict[str, float]:
-    """Weighted means of related pages' stats; NaN entries (unknown) drop out of each mean.
-
-    ``weights`` (k,) sum to 1 over the neighbours found; ``stats`` is (k, N_STATS).
-    """
+    """`related_features` for one page, as a dict of the known values."""
     if len(weights) == 0:
         return {}
-    known = ~np.isnan(stats)
-    den = weights @ known
-    num = weights @ np.where(known, stats, 0.0)
-    out: dict[str, float] = {
-        "sn_related_count": float(np.count_nonzero(weights)),
-        "dn_related_coverage": float(den[0]),
-    }
-    for j, name in enumerate(STATS_FIELDS):
-        if den[j] <= 0 or name == "intervals":
-            continue
-        prefix = "dn_related_" if name in _DYNAMIC_STATS else "sn_related_"
-        out[prefix + name] = float(num[j] / den[j])
-    return out
+    row = related_features(weights[None, :].astype(np.float64), stats[None, :, :])[0]
+    return as_dict(row, RELATED_NAMES)
 
 
 def page_features(
@@ -100,76 +221,16 @@ def page_features(
     *,
     history: int = DEFAULT_HISTORY,
 ) -> dict[str, float]:
-    """All named features of a page after its latest fetch (missing values left out)."""
-    feats: dict[str, float] = {}
-    for name, value in zip(SP_FIELDS, state.sp, strict=True):
-        _put(feats, "sp_" + name, value)
-    feats["sp_url_path_depth"] = float(url_path_depth(page.url))
-    feats["sp_domain_depth"] = float(domain_depth(page.url))
-    for name, value in zip(SN_FIELDS, state.sn, strict=True):
-        _put(feats, "sn_" + name, value)
-    for name, value in zip(SP_FIELDS, state.sp_previous, strict=True):
-        _put(feats, "dp_previous_" + name, value)
-
-    window = state.window[-history:] if history > 0 else ()
-    recent = window[::-1]
-    for lag, iv in enumerate(recent, start=1):
-        feats[f"dp_new_internal_{lag}"] = float(iv.new_internal)
-        feats[f"dp_new_external_{lag}"] = float(iv.new_external)
-        feats[f"dp_content_changed_{lag}"] = float(iv.content_changed)
-        feats[f"dp_interval_days_{lag}"] = iv.days
-    feats["dp_intervals"] = float(len(window))
-    feats["dp_fetches"] = float(state.fetches)
-    feats["dp_errors"] = float(state.errors)
-    if window:
-        n = len(window)
-        days = sum(iv.days for iv in window)
-        feats["dp_new_internal_mean"] = sum(iv.new_internal for iv in window) / n
-        feats["dp_new_external_mean"] = sum(iv.new_external for iv in window) / n
-        feats["dp_lcr_internal"] = sum(1 for iv in window if iv.new_internal) / n
-        feats["dp_lcr_external"] = sum(1 for iv in window if iv.new_external) / n
-        feats["dp_ccr"] = sum(1 for iv in window if iv.content_changed) / n
-        feats["dp_interval_days_mean"] = days / n
-        if days > 0:
-            feats["dp_rate_internal_per_day"] = sum(iv.new_internal for iv in window) / days
-            feats["dp_rate_external_per_day"] = sum(iv.new_external for iv in window) / days
-        feats["dp_intervals_since_new"] = float(
-            next((i for i, iv in enumerate(recent) if iv.new_total), n)
-        )
+    """All known features of a page after its latest fetch, as a dict (River's form)."""
+    feats = as_dict(own_features(state, page, history), own_feature_names(history))
     if related:
         feats.update(related)
     return feats
 
 
-def _put(feats: dict[str, float], name: str, value: float) -> None:
-    if not math.isnan(value):
-        feats[name] = value
-
-
-def feature_names(history: int = DEFAULT_HISTORY) -> list[str]:
-    """Every feature name `page_features` can produce, in a stable column order."""
-    names = [f"sp_{n}" for n in SP_FIELDS] + ["sp_url_path_depth", "sp_domain_depth"]
-    names += [f"sn_{n}" for n in SN_FIELDS]
-    names += ["sn_related_count"] + [f"sn_related_{n}" for n in _STATIC_STATS]
-    names += [f"dp_previous_{n}" for n in SP_FIELDS]
-    for kind in ("new_internal", "new_external", "content_changed", "interval_days"):
-        names += [f"dp_{kind}_{lag}" for lag in range(1, history + 1)]
-        if kind.startswith("new_"):
-            names.append(f"dp_{kind}_mean")
-    names += [
-        "dp_intervals",
-        "dp_fetches",
-        "dp_errors",
-        "dp_lcr_internal",
-        "dp_lcr_external",
-        "dp_ccr",
-        "dp_interval_days_mean",
-        "dp_rate_internal_per_day",
-        "dp_rate_external_per_day",
-        "dp_intervals_since_new",
-    ]
-    names += ["dn_related_coverage"] + [f"dn_related_{n}" for n in _DYNAMIC_STATS]
-    return names
+def as_dict(row: Sequence[float] | np.ndarray, names: Sequence[str]) -> dict[str, float]:
+    """A feature row as a dict, missing (NaN) values left out."""
+    return {name: float(v) for name, v in zip(names, row, strict=True) if v == v}
 
 
 def feature_vector(features: dict[str, float], names: Sequence[str]) -> list[float]:

@@ -50,11 +50,14 @@ SP_FIELDS = ("content_size", "text_size", "text_quality", "internal_outlinks", "
 SN_FIELDS = ("inlinks_internal", "inlinks_external", "pagerank", "trustrank")
 
 
+_F32 = struct.Struct("<f")
+
+
 def f32(value: float | int | None) -> float:
     """Round to float32 (NaN for missing), the precision the state is stored at."""
     if value is None:
         return NAN
-    return float(np.float32(value))
+    return _F32.unpack(_F32.pack(value))[0]
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,33 +169,35 @@ def update(
     first = state is None
     if state is None:
         state = PageState(last_fetched_at=ts)
-    sn = tuple(
-        f32(new) if new is not None else old
-        for new, old in zip(
-            (fetch.inlinks_internal, fetch.inlinks_external, fetch.pagerank, fetch.trustrank),
-            state.sn,
-            strict=True,
-        )
+    # Fetch values arrive rounded to float32 (see `prepare`); None keeps the old value.
+    sn = (
+        state.sn[0] if fetch.inlinks_internal is None else fetch.inlinks_internal,
+        state.sn[1] if fetch.inlinks_external is None else fetch.inlinks_external,
+        state.sn[2] if fetch.pagerank is None else fetch.pagerank,
+        state.sn[3] if fetch.trustrank is None else fetch.trustrank,
     )
-    common = {
-        "last_fetched_at": ts,
-        "last_status": fetch.status,
-        "fetches": state.fetches + 1,
-        "sn": sn,
-    }
     if not fetch.ok:
-        return replace(state, errors=state.errors + 1, **common), Emitted("applied", None, first)
+        failed = replace(
+            state,
+            last_fetched_at=ts,
+            last_status=fetch.status,
+            fetches=state.fetches + 1,
+            errors=state.errors + 1,
+            sn=sn,
+        )
+        return failed, Emitted("applied", None, first)
 
     sp = (
-        f32(fetch.content_size),
-        f32(fetch.text_size),
-        f32(fetch.text_quality),
-        f32(fetch.internal_outlinks),
-        f32(fetch.external_outlinks),
+        NAN if fetch.content_size is None else fetch.content_size,
+        NAN if fetch.text_size is None else fetch.text_size,
+        NAN if fetch.text_quality is None else fetch.text_quality,
+        float(fetch.internal_outlinks),
+        float(fetch.external_outlinks),
     )
     interval = None
     window = state.window
-    if state.last_ok_at is not None:
+    had_ok = state.last_ok_at is not None
+    if had_ok:
         fps = fetch.fingerprints
         old = state.fingerprints
         if len(old) and len(fps):
@@ -206,20 +211,26 @@ def update(
         interval = Interval(
             new_internal=new_internal,
             new_external=int(np.count_nonzero(new)) - new_internal,
-            content_changed=bool(content_fp and state.content_fp and content_fp != state.content_fp),
-            days=f32((ts - state.last_ok_at) / SECONDS_PER_DAY),
+            content_changed=bool(
+                content_fp and state.content_fp and content_fp != state.content_fp
+            ),
+            days=f32((ts - state.last_ok_at) / SECONDS_PER_DAY),  # type: ignore[operator]
         )
         window = (*window, interval)[-history:] if history > 0 else ()
-    new_state = replace(
-        state,
+    new_state = PageState(
+        last_fetched_at=ts,
         last_ok_at=ts,
+        last_status=fetch.status,
+        fetches=state.fetches + 1,
+        errors=state.errors,
         intervals_total=state.intervals_total + (interval is not None),
         content_fp=fetch.content_digest_fp or state.content_fp,
+        embedding_fp=state.embedding_fp,
         outlink_fps=fetch.outlink_fps,
         window=window,
         sp=sp,
-        sp_previous=state.sp if state.last_ok_at is not None else state.sp_previous,
-        **common,
+        sp_previous=state.sp if had_ok else state.sp_previous,
+        sn=sn,
     )
     return new_state, Emitted("applied", interval, first)
 

@@ -23,10 +23,11 @@ True
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
+
+import numpy as np
 
 Features = dict[str, float]
 
@@ -41,33 +42,74 @@ class Score:
     p_new: float
 
 
+@dataclass(frozen=True, slots=True)
+class Scores:
+    """A batch's priorities: one array entry per row (expected counts None if not estimated)."""
+
+    score: np.ndarray
+    expected_new_internal: np.ndarray | None
+    expected_new_external: np.ndarray | None
+    p_new: np.ndarray
+
+    def row(self, i: int) -> Score:
+        def opt(a: np.ndarray | None) -> float | None:
+            return None if a is None else float(a[i])
+
+        return Score(
+            float(self.score[i]),
+            opt(self.expected_new_internal),
+            opt(self.expected_new_external),
+            float(self.p_new[i]),
+        )
+
+
 class Scorer(Protocol):
     name: str
     version: str
+
+    def score_matrix(self, X: np.ndarray, columns: Mapping[str, int]) -> Scores: ...
 
     def score_one(self, features: Features) -> Score: ...
 
     def score_many(self, rows: Sequence[Features]) -> list[Score]: ...
 
 
-class _RowScorer:
-    """Scores rows one by one; learned scorers override `score_many` to batch."""
+class _MatrixScorer:
+    """Scores a feature matrix at once; dict inputs are turned into a matrix first."""
 
     name = "base"
     version = "1"
 
-    def score_one(self, features: Features) -> Score:
+    def score_matrix(self, X: np.ndarray, columns: Mapping[str, int]) -> Scores:
         raise NotImplementedError
 
     def score_many(self, rows: Sequence[Features]) -> list[Score]:
-        return [self.score_one(row) for row in rows]
+        names = sorted({name for row in rows for name in row})
+        columns = {name: j for j, name in enumerate(names)}
+        X = np.full((len(rows), len(names)), np.nan)
+        for i, row in enumerate(rows):
+            for name, value in row.items():
+                X[i, columns[name]] = value
+        scores = self.score_matrix(X, columns)
+        return [scores.row(i) for i in range(len(rows))]
+
+    def score_one(self, features: Features) -> Score:
+        return self.score_many([features])[0]
 
 
-def _poisson_p(expected: float) -> float:
-    return 1.0 - math.exp(-max(expected, 0.0))
+def _col(X: np.ndarray, columns: Mapping[str, int], name: str, default: float) -> np.ndarray:
+    """Column ``name`` with NaN (unknown) replaced by ``default``; all default if absent."""
+    j = columns.get(name)
+    if j is None:
+        return np.full(len(X), default, dtype=np.float64)
+    return np.where(np.isnan(X[:, j]), default, X[:, j])
 
 
-class NNLPreviousScorer(_RowScorer):
+def _poisson_p(expected: np.ndarray) -> np.ndarray:
+    return 1.0 - np.exp(-np.maximum(expected, 0.0))
+
+
+class NNLPreviousScorer(_MatrixScorer):
     """Baseline NNL-Pr: the new outlinks of the last interval predict the next.
 
     >>> NNLPreviousScorer().score_one({"dp_new_internal_1": 3.0, "dp_new_external_1": 1.0}).score
@@ -76,13 +118,14 @@ class NNLPreviousScorer(_RowScorer):
 
     name = "nnl-pr"
 
-    def score_one(self, features: Features) -> Score:
-        internal = features.get("dp_new_internal_1", 0.0)
-        external = features.get("dp_new_external_1", 0.0)
-        return Score(internal + external, internal, external, _poisson_p(internal + external))
+    def score_matrix(self, X: np.ndarray, columns: Mapping[str, int]) -> Scores:
+        internal = _col(X, columns, "dp_new_internal_1", 0.0)
+        external = _col(X, columns, "dp_new_external_1", 0.0)
+        total = internal + external
+        return Scores(total, internal, external, _poisson_p(total))
 
 
-class NNLAverageScorer(_RowScorer):
+class NNLAverageScorer(_MatrixScorer):
     """Baseline NNL-Av: the mean new outlinks per interval over the history window.
 
     >>> NNLAverageScorer().score_one({"dp_new_internal_mean": 2.5}).expected_new_internal
@@ -91,13 +134,14 @@ class NNLAverageScorer(_RowScorer):
 
     name = "nnl-av"
 
-    def score_one(self, features: Features) -> Score:
-        internal = features.get("dp_new_internal_mean", 0.0)
-        external = features.get("dp_new_external_mean", 0.0)
-        return Score(internal + external, internal, external, _poisson_p(internal + external))
+    def score_matrix(self, X: np.ndarray, columns: Mapping[str, int]) -> Scores:
+        internal = _col(X, columns, "dp_new_internal_mean", 0.0)
+        external = _col(X, columns, "dp_new_external_mean", 0.0)
+        total = internal + external
+        return Scores(total, internal, external, _poisson_p(total))
 
 
-class CCRScorer(_RowScorer):
+class CCRScorer(_MatrixScorer):
     """Baseline CCR: the content change rate (close to random for link change, per the paper).
 
     It estimates no counts, so its expected values are None.
@@ -108,13 +152,13 @@ class CCRScorer(_RowScorer):
 
     name = "ccr"
 
-    def score_one(self, features: Features) -> Score:
-        ccr = features.get("dp_ccr", 0.0)
-        return Score(ccr, None, None, ccr)
+    def score_matrix(self, X: np.ndarray, columns: Mapping[str, int]) -> Scores:
+        ccr = _col(X, columns, "dp_ccr", 0.0)
+        return Scores(ccr, None, None, ccr.copy())
 
 
 @dataclass
-class LBLAScorer(_RowScorer):
+class LBLAScorer(_MatrixScorer):
     """Look back, look around: own recent rate shrunk towards related pages' rate."""
 
     half_life: float = 2.0
@@ -127,24 +171,34 @@ class LBLAScorer(_RowScorer):
     name = "lbla"
     version = "1"
 
-    def score_one(self, features: Features) -> Score:
-        horizon = features.get("dp_interval_days_mean", self.default_interval_days)
-        internal, p_internal = self._side(features, "internal", horizon)
-        external, p_external = self._side(features, "external", horizon)
+    def score_matrix(self, X: np.ndarray, columns: Mapping[str, int]) -> Scores:
+        horizon = _col(X, columns, "dp_interval_days_mean", self.default_interval_days)
+        internal, p_internal = self._side(X, columns, "internal", horizon)
+        external, p_external = self._side(X, columns, "external", horizon)
         p_new = 1.0 - (1.0 - p_internal) * (1.0 - p_external)
-        return Score(internal + external, internal, external, p_new)
+        return Scores(internal + external, internal, external, p_new)
 
-    def _side(self, features: Features, side: str, horizon: float) -> tuple[float, float]:
-        fallback = self.fallback_rate_internal if side == "internal" else self.fallback_rate_external
-        prior_rate = features.get(f"dn_related_rate_{side}_per_day", fallback)
-        prior_p = features.get(f"dn_related_lcr_{side}", _poisson_p(prior_rate * horizon))
-        links = days = changed = weights = 0.0
+    def _side(
+        self, X: np.ndarray, columns: Mapping[str, int], side: str, horizon: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        fallback = (
+            self.fallback_rate_internal if side == "internal" else self.fallback_rate_external
+        )
+        prior_rate = _col(X, columns, f"dn_related_rate_{side}_per_day", fallback)
+        prior_p = _col(X, columns, f"dn_related_lcr_{side}", np.nan)
+        prior_p = np.where(np.isnan(prior_p), _poisson_p(prior_rate * horizon), prior_p)
+        links = np.zeros(len(X))
+        days = np.zeros(len(X))
+        changed = np.zeros(len(X))
+        weights = np.zeros(len(X))
         lag = 1
-        while (count := features.get(f"dp_new_{side}_{lag}")) is not None:
-            w = 0.5 ** ((lag - 1) / self.half_life)
-            links += w * count
-            days += w * features.get(f"dp_interval_days_{lag}", self.default_interval_days)
-            changed += w * (count > 0)
+        while (j := columns.get(f"dp_new_{side}_{lag}")) is not None:
+            count = X[:, j]
+            present = ~np.isnan(count)
+            w = np.where(present, 0.5 ** ((lag - 1) / self.half_life), 0.0)
+            links += w * np.where(present, count, 0.0)
+            days += w * _col(X, columns, f"dp_interval_days_{lag}", self.default_interval_days)
+            changed += w * (np.where(present, count, 0.0) > 0)
             weights += w
             lag += 1
         rate = (links + self.prior_days * prior_rate) / (days + self.prior_days)

@@ -135,7 +135,9 @@ def _print_summary(summary, out: Path) -> None:  # type: ignore[no-untyped-def]
         value = getattr(summary, name)
         table.add_row(name.replace("_", " "), f"{value:,}")
     Console().print(table)
-    console.print(f"output: {out}/ (priorities.jsonl.gz, features.parquet, rejects.jsonl, summary.json)")
+    console.print(
+        f"output: {out}/ (priorities.jsonl.gz, features.parquet, rejects.jsonl, summary.json)"
+    )
 
 
 if __name__ == "__main__":

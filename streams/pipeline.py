@@ -22,13 +22,19 @@ import numpy as np
 
 from online.embedding import HashingTextEmbedder
 from online.events import DEFAULT_EMBEDDING_DIM, Fetch, FetchedPage, prepare, utc_now
-from online.features import N_STATS, look_around, page_features, page_stats
+from online.features import (
+    N_STATS,
+    as_dict,
+    feature_names,
+    own_features,
+    related_features,
+    stats_columns,
+)
 from online.history import DEFAULT_HISTORY, Emitted, PageState, update, with_embedding
 from online.index import VectorIndex, neighbour_weights
 from online.links import link_info
 from online.scoring import Score, Scorer
 from streams.stores import Neighbours, PageStore, PageWrites
-
 
 #: Extra candidates fetched beyond k, so near-ties at the k-th place are settled by the exact
 #: recomputed similarities rather than by the search path.
@@ -47,13 +53,21 @@ class PipelineConfig:
 
 @dataclass(slots=True)
 class Processed:
-    """One event's outcome. ``priority`` and ``features`` are None for duplicates and stale."""
+    """One event's outcome. ``row`` and ``priority`` are None for duplicates and stale."""
 
     event: Fetch
     page_id: int
     emitted: Emitted
-    features: dict[str, float] | None = None
+    row: np.ndarray | None = None
     priority: dict | None = None
+    names: list[str] | None = None
+
+    @property
+    def features(self) -> dict[str, float] | None:
+        """The known features as a dict (River's form), or None."""
+        if self.row is None or self.names is None:
+            return None
+        return as_dict(self.row, self.names)
 
 
 @dataclass
@@ -98,6 +112,11 @@ class PagePipeline:
         self.embedder = embedder or HashingTextEmbedder(dim=self.config.embedding_dim)
         self.clock = clock
         self.counters = PipelineCounters()
+        if self.config.history < 1:
+            raise ValueError("history must be at least 1 interval")
+        self.feature_names = feature_names(self.config.history)
+        self._columns = {name: j for j, name in enumerate(self.feature_names)}
+        self._stats_columns = stats_columns(self.config.history)
 
     # -- public ------------------------------------------------------------------------------
 
@@ -135,62 +154,98 @@ class PagePipeline:
         # batch's own earlier vectors; then the batch's vectors go in.
         new_nbrs = self._find_neighbours(pending)
 
-        # Neighbours' stats as they stood before the batch, one matrix row per page; a page's
-        # row is overwritten as soon as the batch updates it.
+        # Neighbours' stats as they stood before the batch, one row per page.
         wanted: dict[int, None] = dict.fromkeys(page_ids.values())
         for p in pending:
             nb = new_nbrs.get(id(p)) or p.neighbours
             if nb is not None:
                 wanted.update(dict.fromkeys(nb.ids.tolist()))
         row_of = {pid: row for row, pid in enumerate(wanted)}
-        stats = np.full((len(row_of), N_STATS), np.nan, dtype=np.float32)
+        base_stats = np.full((len(row_of), N_STATS), np.nan, dtype=np.float32)
         for pid, row in self.store.get_stats(list(wanted)).items():
-            stats[row_of[pid]] = row
+            base_stats[row_of[pid]] = row
 
-        # Pass 2: history updates, features, in order.
+        # Pass 2: history updates and own features, in order.
         results: list[Processed] = []
+        applied: list[Processed] = []
+        own_rows: list[list[float]] = []
+        nbr_of: list[Neighbours | None] = []
         writes = PageWrites(states={}, stats={}, neighbours={})
         current_nbrs: dict[int, Neighbours | None] = dict(stored_nbrs)
         for p in pending:
             event = p.event
-            state = states[event.url]
             if p.kind != "applied":
                 results.append(Processed(event, p.page_id, Emitted(p.kind)))  # type: ignore[arg-type]
                 continue
-            new_state, emitted = update(state, event, history=cfg.history)
+            new_state, emitted = update(states[event.url], event, history=cfg.history)
             assert new_state is not None
             nb = new_nbrs.get(id(p))
             if nb is not None:
                 current_nbrs[p.page_id] = nb
                 writes.neighbours[p.page_id] = nb
                 new_state = with_embedding(new_state, p.vector_fp)
-            nb = current_nbrs.get(p.page_id)
-            related = None
-            if nb is not None and len(nb.ids):
-                rows = [row_of[i] for i in nb.ids.tolist()]
-                related = look_around(nb.weights, stats[rows])
-            info = link_info(event.url)
-            features = page_features(new_state, info, related, history=cfg.history)
-            own = page_stats(new_state, info)
-            stats[row_of[p.page_id]] = own
-            writes.stats[p.page_id] = own
+            nbr_of.append(current_nbrs.get(p.page_id))
+            own_rows.append(own_features(new_state, link_info(event.url), cfg.history))
             states[event.url] = new_state
             writes.states[event.url] = new_state
-            results.append(Processed(event, p.page_id, emitted, features))
+            r = Processed(event, p.page_id, emitted, names=self.feature_names)
+            results.append(r)
+            applied.append(r)
 
-        scored = [r for r in results if r.features is not None]
-        scores = self.scorer.score_many([r.features for r in scored])  # type: ignore[misc]
-        now = self.clock()
-        for r, s in zip(scored, scores, strict=True):
-            r.priority = self._priority(r.event, s, now)
+        if applied:
+            own = np.array(own_rows, dtype=np.float64)
+            own_stats = own[:, self._stats_columns].astype(np.float32)
+            related = self._related(applied, nbr_of, row_of, base_stats, own_stats)
+            matrix = np.concatenate([own, related], axis=1)
+            scores = self.scorer.score_matrix(matrix, self._columns)
+            now = self.clock()
+            for a, r in enumerate(applied):
+                r.row = matrix[a]
+                r.priority = self._priority(r.event, scores.row(a), now)
+                writes.stats[r.page_id] = own_stats[a]
         self.store.write(writes)
-        self.counters.applied += len(scored)
+        self.counters.applied += len(applied)
         for r in results:
             if r.emitted.kind == "duplicate":
                 self.counters.duplicate += 1
             elif r.emitted.kind == "stale":
                 self.counters.stale += 1
         return results
+
+    def _related(
+        self,
+        applied: list[Processed],
+        nbr_of: list[Neighbours | None],
+        row_of: dict[int, int],
+        base_stats: np.ndarray,
+        own_stats: np.ndarray,
+    ) -> np.ndarray:
+        """Look-around features of the applied events, each seeing its neighbours' stats as
+        they were right before it: the pre-batch row, or the row left by the latest earlier
+        event of that neighbour in this batch."""
+        n_applied, k = len(applied), self.config.neighbours
+        slots = np.full((n_applied, k), -1, dtype=np.int64)
+        weights = np.zeros((n_applied, k), dtype=np.float64)
+        for a, nb in enumerate(nbr_of):
+            if nb is not None and len(nb.ids):
+                m = len(nb.ids)
+                slots[a, :m] = [row_of[i] for i in nb.ids.tolist()]
+                weights[a, :m] = nb.weights
+        # Versions of stats: the pre-batch rows, then one row per applied event. Key an update
+        # by (page row, position) so a binary search finds the latest one before each event.
+        span = n_applied + 1
+        updated = np.array([row_of[r.page_id] for r in applied], dtype=np.int64)
+        keys = updated * span + np.arange(n_applied)
+        order = np.argsort(keys, kind="stable")
+        sorted_keys = keys[order]
+        queries = slots * span + np.arange(n_applied)[:, None]
+        found = np.searchsorted(sorted_keys, queries, side="left") - 1
+        hit = (found >= 0) & (updated[order][np.maximum(found, 0)] == slots) & (slots >= 0)
+        version = np.where(hit, len(base_stats) + order[np.maximum(found, 0)], slots)
+        versions = np.concatenate([base_stats, own_stats])
+        stats = versions[np.maximum(version, 0)]
+        stats[slots < 0] = np.nan
+        return related_features(weights, stats)
 
     def _plan(
         self,

@@ -15,7 +15,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from online.events import DEFAULT_EMBEDDING_DIM, DEFAULT_MAX_OUTLINKS, EventError, Fetch, parse_fetch
+from online.events import (
+    DEFAULT_EMBEDDING_DIM,
+    DEFAULT_MAX_OUTLINKS,
+    EventError,
+    Fetch,
+    parse_fetch,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +81,7 @@ def _produce(queue: mp.Queue, *args: object) -> None:
         for batch in _batches(*args):  # type: ignore[arg-type]
             queue.put(batch)
         queue.put(None)
-    except BaseException:  # noqa: BLE001 - reported to the parent, which raises
+    except BaseException:
         queue.put(traceback.format_exc())
 
 

@@ -27,7 +27,7 @@ import pyarrow.parquet as pq
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
 
 from online.events import DEFAULT_MAX_OUTLINKS, Fetch
-from online.features import feature_names, feature_vector
+from online.features import feature_names
 from online.index import FaissIndex
 from online.scoring import DEFAULT_SCORER, get_scorer
 from streams.pipeline import PagePipeline, PipelineConfig, Processed
@@ -94,7 +94,7 @@ class FeatureTable:
         self.writer = pq.ParquetWriter(path, self.schema, compression="zstd")
 
     def add(self, r: Processed) -> None:
-        assert r.features is not None and r.priority is not None
+        assert r.row is not None and r.priority is not None
         previous = self.pending.pop(r.page_id, None)
         if previous is not None:
             interval = r.emitted.interval
@@ -112,7 +112,7 @@ class FeatureTable:
             r.event.status,
             r.priority["score"],
             r.priority["p_new"],
-            np.array(feature_vector(r.features, self.names), dtype=np.float32),
+            r.row.astype(np.float32),
         )
 
     def _finish(self, row: tuple, label: tuple) -> None:

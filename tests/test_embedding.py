@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -105,6 +107,24 @@ def test_any_text_gives_none_or_unit_vector(text: str) -> None:
     else:
         assert v.shape == (192,) and v.dtype == np.float32
         assert abs(float(np.linalg.norm(v)) - 1.0) < 1e-5
+
+
+REFERENCE_TOKEN = re.compile(
+    f"[{embedding._CJK}]|(?:[^\\W{embedding._CJK}]+[{embedding._MARKS}]*)+"
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.text(
+        alphabet=st.sampled_from("ab_1 .,-éü東京の天気مُحَمَّدनमस्तेÅ\u0301Ａｚ，１\u3000ﬁｶﾞ"), max_size=60
+    )
+    | st.text()
+)
+def test_fast_tokeniser_paths_agree_with_the_one_rule(text: str) -> None:
+    """ASCII and CJK fast paths = one rule: CJK chars alone, else word chars plus marks."""
+    normal = embedding.unicodedata.normalize("NFKC", text).casefold()
+    assert EMB.tokens(text) == REFERENCE_TOKEN.findall(normal)
 
 
 def test_long_text_with_repeats_is_finite() -> None:

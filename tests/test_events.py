@@ -28,7 +28,9 @@ def test_fetched_at_forms() -> None:
     offset = parse_event({**BASE, "fetched_at": "2026-01-05T12:00:00+02:00"})
     epoch = parse_event({**BASE, "fetched_at": 1767607200})
     assert naive.fetched_at == offset.fetched_at == epoch.fetched_at
-    assert naive.fetched_at.tzinfo is not None and offset.fetched_at.utcoffset().total_seconds() == 0
+    assert (
+        naive.fetched_at.tzinfo is not None and offset.fetched_at.utcoffset().total_seconds() == 0
+    )
 
 
 def test_unknown_fields_ignored_and_optional_fields_kept() -> None:
@@ -85,7 +87,12 @@ def test_rejections_name_the_field(raw: object, field: str, fragment: str) -> No
 
 def test_embedding_nan_and_inf_rejected() -> None:
     for bad in ("NaN", "Infinity"):
-        raw = orjson.dumps(BASE)[:-1] + b', "embedding": [' + b", ".join([b"0.1"] * 191 + [bad.encode()]) + b"]}"
+        raw = (
+            orjson.dumps(BASE)[:-1]
+            + b', "embedding": ['
+            + b", ".join([b"0.1"] * 191 + [bad.encode()])
+            + b"]}"
+        )
         err = reject(raw)
         assert err.field == "embedding" and "nan" in err.reason.lower()
 

@@ -17,8 +17,13 @@ import numpy as np
 import orjson
 import pytest
 
-from batch.generate import PAPER_TARGETS, GeneratorConfig, generate_events, weekly_statistics
-from batch.generate import write_events as write_crawl
+from batch.generate import (
+    PAPER_TARGETS,
+    GeneratorConfig,
+    generate_events,
+    weekly_statistics,
+    write_events,
+)
 
 MAIN = GeneratorConfig(pages=8_000, crawls=10, seed=0)
 CONTENT_FIELDS = {
@@ -351,9 +356,9 @@ def test_same_seed_same_events_other_seed_differs() -> None:
 def test_write_events_is_byte_identical_and_round_trips(tmp_path: Path) -> None:
     config = GeneratorConfig(pages=1_200, crawls=3, seed=5)
     one, two, plain = tmp_path / "a.jsonl.gz", tmp_path / "b.jsonl.gz", tmp_path / "c.jsonl"
-    summary = write_crawl(one, config, progress=False)
-    write_crawl(two, config, progress=False)
-    write_crawl(plain, config, progress=False)
+    summary = write_events(one, config, progress=False)
+    write_events(two, config, progress=False)
+    write_events(plain, config, progress=False)
     assert summary["events"] == 3_600 and summary["path"] == str(one)
     assert summary["pages"] == 1_200 and summary["crawls"] == 3 and summary["seconds"] >= 0
     assert one.read_bytes() == two.read_bytes()

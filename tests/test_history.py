@@ -61,7 +61,10 @@ def test_new_internal_and_external_counted_separately() -> None:
 
 def test_www_and_scheme_rules_apply_to_new_links() -> None:
     _, outs = run(
-        [fetch(0, []), fetch(DAY, ["https://site.org/x", "http://www.site.org/y", "https://www.site.org/z"])]
+        [
+            fetch(0, []),
+            fetch(DAY, ["https://site.org/x", "http://www.site.org/y", "https://www.site.org/z"]),
+        ]
     )
     assert (outs[1].interval.new_internal, outs[1].interval.new_external) == (2, 1)
 
@@ -82,7 +85,10 @@ def test_non_2xx_fetch_is_recorded_but_keeps_link_history() -> None:
 
 def test_duplicate_and_stale_change_nothing() -> None:
     state, _ = run([fetch(0, [internal(1)]), fetch(7 * DAY, [internal(2)])])
-    for event, kind in ((fetch(7 * DAY, [internal(9)]), "duplicate"), (fetch(3 * DAY, []), "stale")):
+    for event, kind in (
+        (fetch(7 * DAY, [internal(9)]), "duplicate"),
+        (fetch(3 * DAY, []), "stale"),
+    ):
         again, out = update(state, event)
         assert out.kind == kind
         assert again is state
@@ -94,7 +100,11 @@ def test_derived_values() -> None:
             fetch(0, [internal(0)], content_digest="a"),
             fetch(7 * DAY, [internal(0), internal(1), external(1)], content_digest="b"),
             fetch(14 * DAY, [internal(0), internal(1), external(1)], content_digest="b"),
-            fetch(21 * DAY, [internal(0), internal(1), internal(2), internal(3), external(1)], content_digest="c"),
+            fetch(
+                21 * DAY,
+                [internal(0), internal(1), internal(2), internal(3), external(1)],
+                content_digest="c",
+            ),
         ]
     )
     assert state.lcr() == (2 / 3, 1 / 3)
@@ -107,7 +117,10 @@ def test_derived_values() -> None:
 
 def test_serialised_size_per_page_with_100_outlinks_under_1kb() -> None:
     links = [internal(i) for i in range(85)] + [external(i) for i in range(15)]
-    events = [fetch(d * 7 * DAY, links[d:] + [internal(1000 + d)], content_size=5000, text_size=900) for d in range(12)]
+    events = [
+        fetch(d * 7 * DAY, [*links[d:], internal(1000 + d)], content_size=5000, text_size=900)
+        for d in range(12)
+    ]
     state, _ = run(events)
     blob = to_bytes(state)
     assert len(blob) <= 1024, len(blob)
@@ -137,7 +150,7 @@ def test_properties_window_bounds_idempotence_stale(raw, history: int) -> None:
         new_state, out = update(state, event, history=history)
         # applying the same event again changes nothing
         again, out2 = update(new_state, event, history=history)
-        assert again is new_state and out2.kind == "duplicate" or out.kind != "applied"
+        assert (again is new_state and out2.kind == "duplicate") or out.kind != "applied"
         if last_time is not None and day * DAY < last_time:
             assert out.kind == "stale" and new_state is state
         if out.kind == "applied":

@@ -39,7 +39,16 @@ def test_normalisation(raw: str, expected: str) -> None:
 
 @pytest.mark.parametrize(
     "bad",
-    ["ftp://example.com/", "mailto:me@example.com", "/relative/path", "https://", "http://exa mple.com/", "https://example.com:99999/", "javascript:void(0)", ""],
+    [
+        "ftp://example.com/",
+        "mailto:me@example.com",
+        "/relative/path",
+        "https://",
+        "http://exa mple.com/",
+        "https://example.com:99999/",
+        "javascript:void(0)",
+        "",
+    ],
 )
 def test_invalid_urls(bad: str) -> None:
     with pytest.raises(InvalidURL):

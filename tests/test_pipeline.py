@@ -151,8 +151,16 @@ def test_related_pages_carry_the_cluster_signal(events) -> None:
             same = np.isin(nb.ids, list(busy_ids)) == (pid in busy_ids)
             assert same.mean() >= 0.8
     last = {r.event.url: r for r in results if r.features}
-    busy = [r for u, r in last.items() if int(u.rsplit("p", 1)[1]) % 2 == 0 and "dn_related_lcr_internal" in r.features]
-    calm = [r for u, r in last.items() if int(u.rsplit("p", 1)[1]) % 2 == 1 and "dn_related_lcr_internal" in r.features]
+    busy = [
+        r
+        for u, r in last.items()
+        if int(u.rsplit("p", 1)[1]) % 2 == 0 and "dn_related_lcr_internal" in r.features
+    ]
+    calm = [
+        r
+        for u, r in last.items()
+        if int(u.rsplit("p", 1)[1]) % 2 == 1 and "dn_related_lcr_internal" in r.features
+    ]
     assert busy and calm
     assert min(r.features["dn_related_lcr_internal"] for r in busy) > max(
         r.features["dn_related_lcr_internal"] for r in calm
@@ -162,12 +170,17 @@ def test_related_pages_carry_the_cluster_signal(events) -> None:
 def test_first_fetch_prior_comes_from_related_pages(events) -> None:
     pipeline, _ = run(events, 50)
     newcomer = parse_event(
-        {"url": "https://s.org/new", "fetched_at": 100 * DAY, "outlinks": [],
-         "embedding": unit(np.ones(DIM))}, embedding_dim=DIM,
+        {
+            "url": "https://s.org/new",
+            "fetched_at": 100 * DAY,
+            "outlinks": [],
+            "embedding": unit(np.ones(DIM)),
+        },
+        embedding_dim=DIM,
     )
-    busy_vec = pipeline.index.reconstruct(next(iter(
-        pid for pid in pipeline.store.neighbours if pid in pipeline.index
-    )))
+    busy_vec = pipeline.index.reconstruct(
+        next(iter(pid for pid in pipeline.store.neighbours if pid in pipeline.index))
+    )
     newcomer = newcomer.model_copy(update={"embedding": busy_vec.tolist()})
     (r,) = pipeline.process([newcomer])
     assert r.features["dp_intervals"] == 0 and "dn_related_rate_internal_per_day" in r.features

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import itertools
 import json
 from collections import defaultdict
 from pathlib import Path
@@ -88,7 +89,7 @@ def test_feature_rows_carry_next_fetch_labels(crawl_file, run_dir: Path) -> None
         by_page[normalize_url(e["url"])].append(e)
     expected = {}
     for url, fetches in by_page.items():
-        for prev, nxt in zip(fetches, fetches[1:], strict=False):
+        for prev, nxt in itertools.pairwise(fetches):
             if prev.get("status", 200) // 100 != 2 or nxt.get("status", 200) // 100 != 2:
                 continue
             new = {normalize_url(u) for u in nxt["outlinks"]} - {
@@ -112,7 +113,9 @@ def test_cli_generate_and_replay(tmp_path: Path) -> None:
     res = runner.invoke(app, ["generate", "--out", str(events), "--pages", "50", "--crawls", "3"])
     assert res.exit_code == 0, res.output
     out = tmp_path / "run"
-    res = runner.invoke(app, ["replay", str(events), "--out", str(out), "--scorer", "nnl-av", "--quiet"])
+    res = runner.invoke(
+        app, ["replay", str(events), "--out", str(out), "--scorer", "nnl-av", "--quiet"]
+    )
     assert res.exit_code == 0, res.output
     assert next(read_priorities(out))["scorer"]["name"] == "nnl-av"
     res = runner.invoke(app, ["replay", str(events), "--scorer", "nope"])
@@ -126,7 +129,9 @@ def test_replay_takes_the_real_crawl_S_as_it_is(tmp_path: Path) -> None:
     assert summary.rejected == 0 and summary.stale == 0
     assert summary.pages == stats["pages"]
     assert summary.embedded_from_text > 0 and summary.indexed_pages == stats["pages"]
-    rows = pq.read_table(tmp_path / "features.parquet", columns=["crawl", "label_new_internal", "label_new_external"]).to_pylist()
+    rows = pq.read_table(
+        tmp_path / "features.parquet", columns=["crawl", "label_new_internal", "label_new_external"]
+    ).to_pylist()
     labelled = [r for r in rows if r["label_new_internal"] is not None]
     assert len(labelled) == stats["pages"] * (stats["crawls"] - 1)
     for side in ("internal", "external"):

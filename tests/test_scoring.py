@@ -25,8 +25,13 @@ def test_every_scorer_handles_empty_features(name: str) -> None:
 
 
 def test_baselines() -> None:
-    f = {"dp_new_internal_1": 2.0, "dp_new_external_1": 1.0, "dp_new_internal_mean": 0.5,
-         "dp_new_external_mean": 0.25, "dp_ccr": 0.75}
+    f = {
+        "dp_new_internal_1": 2.0,
+        "dp_new_external_1": 1.0,
+        "dp_new_internal_mean": 0.5,
+        "dp_new_external_mean": 0.25,
+        "dp_ccr": 0.75,
+    }
     assert get_scorer("nnl-pr").score_one(f).score == 3.0
     assert get_scorer("nnl-av").score_one(f).score == 0.75
     ccr = get_scorer("ccr").score_one(f)
