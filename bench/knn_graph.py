@@ -16,6 +16,10 @@ has ten times bigger and noisier clusters: a page's 30 neighbours are then sprea
 big isotropic blob that IVF has to cut into many lists, which is the worst case for
 partition-based search. Its result is printed whether or not it meets the floor.
 
+Measured (2 shared AMD EPYC cores, defaults nlist=2048 nprobe=24, load average 1-3):
+main 23-47 s at recall@30 0.988; hard 30-39 s at 0.981. Beyond the hard setting, 50
+clusters at cosine 0.4-0.7 give 0.72 in 27 s, and 0.95 only with ``--nprobe 64`` (47 s).
+
 Run: ``python bench/knn_graph.py`` (both settings), ``--help`` for the options.
 """
 

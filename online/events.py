@@ -24,6 +24,7 @@ import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -39,10 +40,14 @@ from pydantic import (
     field_validator,
 )
 
+from online.links import _CACHE as _LINK_CACHE
 from online.links import InvalidURL, LinkInfo, link_info
 
 DEFAULT_EMBEDDING_DIM = 192
 DEFAULT_MAX_OUTLINKS = 100_000
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+_URL = attrgetter("url")
+_FINGERPRINT = attrgetter("fingerprint")
 
 
 class EventError(ValueError):
@@ -83,7 +88,7 @@ class FetchedPage(BaseModel):
     crawl: int | None = Field(None, description="Crawl round, passed through for evaluation.")
 
     _dropped_outlinks: int = PrivateAttr(default=0)
-    _links: tuple[LinkInfo, ...] | None = PrivateAttr(default=None)
+    _link_summary: tuple[dict[int, bool], int] | None = PrivateAttr(default=None)
     _vector: np.ndarray | None = PrivateAttr(default=None)
 
     @property
@@ -93,10 +98,8 @@ class FetchedPage(BaseModel):
 
     @property
     def outlink_infos(self) -> tuple[LinkInfo, ...]:
-        """Parsed outlinks (computed once, at validation)."""
-        if self._links is None:
-            self._links = tuple(link_info(u) for u in self.outlinks)
-        return self._links
+        """Parsed outlinks."""
+        return tuple(link_info(u) for u in self.outlinks)
 
     @property
     def vector(self) -> np.ndarray | None:
@@ -139,47 +142,70 @@ class FetchedPage(BaseModel):
             raise ValueError("expected ISO-8601 text or epoch seconds")
         return value
 
-    @field_validator("outlinks", mode="before")
+    @field_validator("outlinks", mode="wrap")
     @classmethod
-    def _check_outlinks(cls, value: Any, info: ValidationInfo) -> list[str]:
+    def _check_outlinks(cls, value: Any, handler: Any, info: ValidationInfo) -> list[str]:
+        """Normalise, drop malformed entries, and fingerprint the links in the same pass.
+
+        A wrap validator: the list is checked here once, not again item by item after.
+        """
         if not isinstance(value, list):
             raise ValueError(f"expected a list of URLs, got {type(value).__name__}")
-        limit = (info.context or {}).get("max_outlinks", DEFAULT_MAX_OUTLINKS)
+        context = info.context if info.context is not None else {}
+        limit = context.get("max_outlinks", DEFAULT_MAX_OUTLINKS)
         if len(value) > limit:
             raise ValueError(f"{len(value)} outlinks, more than the maximum of {limit}")
-        kept: dict[str, LinkInfo] = {}
+        page_url = info.data.get("url")
+        page = link_info(page_url) if page_url is not None else None
+        try:
+            infos = list(map(_LINK_CACHE.get, value))  # C-level loop over cached links
+        except TypeError:  # an unhashable entry: the slow path sorts it out
+            infos = [None] * len(value)
         malformed = 0
-        for raw in value:
-            try:
-                link = link_info(raw)
-            except InvalidURL:
-                malformed += 1
-                continue
-            kept[link.url] = link
-        # The count and the parsed links travel back to parse_event in the context.
-        if info.context is not None:
-            info.context["dropped_outlinks"] = malformed
-            info.context["links"] = tuple(kept.values())
+        if None in infos:
+            for i, info_i in enumerate(infos):
+                if info_i is None:
+                    try:
+                        infos[i] = link_info(value[i])
+                    except InvalidURL:
+                        malformed += 1
+            infos = [i for i in infos if i is not None]
+        unique = dict(zip(map(_URL, infos), infos, strict=True))
+        key = (page.scheme, page.site) if page is not None else None
+        flags = [(i.scheme, i.site) == key for i in unique.values()]
+        internal_by_fp = dict(zip(map(_FINGERPRINT, unique.values()), flags, strict=True))
+        n_internal = sum(flags)
+        kept = unique
+        context["dropped_outlinks"] = malformed
+        context["links"] = (internal_by_fp, n_internal)
         return list(kept)
 
-    @field_validator("embedding", mode="after")
+    @field_validator("embedding", mode="wrap")
     @classmethod
     def _check_embedding(
-        cls, value: list[float] | None, info: ValidationInfo
+        cls, value: Any, handler: Any, info: ValidationInfo
     ) -> list[float] | None:
+        """Checked as one float32 array (dimension, finiteness), not float by float."""
         if value is None:
             return None
-        dim = (info.context or {}).get("embedding_dim", DEFAULT_EMBEDDING_DIM)
-        if len(value) != dim:
+        if not isinstance(value, list | tuple):
+            raise ValueError(f"expected a list of numbers, got {type(value).__name__}")
+        try:
+            vector = np.asarray(value, dtype=np.float64)
+        except (TypeError, ValueError):
+            raise ValueError("expected a list of numbers") from None
+        context = info.context if info.context is not None else {}
+        dim = context.get("embedding_dim", DEFAULT_EMBEDDING_DIM)
+        if vector.shape != (dim,):
             raise ValueError(f"dimension {len(value)}, expected {dim}")
-        vector = np.asarray(value, dtype=np.float32)
         if not np.isfinite(vector).all():
-            raise ValueError("contains NaN or infinity (or a value beyond float32)")
+            raise ValueError("contains NaN or infinity")
+        if np.abs(vector).max() > _FLOAT32_MAX:
+            raise ValueError("has a value beyond float32 range")
         if not vector.any():
             raise ValueError("is the zero vector")
-        if info.context is not None:
-            info.context["vector"] = vector
-        return value
+        context["vector"] = vector.astype(np.float32)
+        return value if isinstance(value, list) else list(value)
 
     @field_validator("text_quality", "pagerank", "trustrank", mode="after")
     @classmethod
@@ -211,7 +237,7 @@ def parse_event(
     except ValidationError as exc:
         raise _event_error(exc) from None
     event._dropped_outlinks = context.get("dropped_outlinks", 0)
-    event._links = context.get("links")
+    event._link_summary = context.get("links")
     event._vector = context.get("vector")
     return event
 
@@ -258,6 +284,10 @@ class Fetch:
     def fetched_at(self) -> datetime:
         return datetime.fromtimestamp(self.timestamp, UTC)
 
+    def __reduce__(self) -> tuple:
+        # Positional re-construction: much cheaper than the dataclass default for slots.
+        return (Fetch, tuple(getattr(self, f) for f in _FETCH_FIELDS))
+
     @property
     def fingerprints(self) -> np.ndarray:
         return np.frombuffer(self.outlink_fps, dtype="<u4")
@@ -272,21 +302,27 @@ class Fetch:
         return np.frombuffer(self.vector, dtype="<f4")
 
 
+_FETCH_FIELDS = tuple(Fetch.__dataclass_fields__)
+
+
 def prepare(event: FetchedPage) -> Fetch:
-    """The compact `Fetch` of a validated event (one pass over its outlinks)."""
+    """The compact `Fetch` of a validated event."""
     page = link_info(event.url)
-    fps: dict[int, bool] = {}
-    n_internal = 0
-    for link in event.outlink_infos:
-        internal = link.site == page.site and link.scheme == page.scheme
-        n_internal += internal
-        fps.setdefault(link.fingerprint, internal)
+    if event._link_summary is None:  # built directly, not through parse_event
+        summary: dict[int, bool] = {}
+        n_internal = 0
+        for link in event.outlink_infos:
+            internal = link.site == page.site and link.scheme == page.scheme
+            n_internal += internal
+            summary.setdefault(link.fingerprint, internal)
+        event._link_summary = (summary, n_internal)
+    fps, n_internal = event._link_summary
     order = sorted(fps)
     vector = source_fp = None
     if event.vector is not None:
-        unit = event.vector.astype(np.float64)
-        unit = (unit / np.sqrt(unit @ unit)).astype("<f4")
-        vector = unit.tobytes()
+        raw = event.vector
+        wide = raw.astype(np.float64)
+        vector = (raw / np.float32(np.sqrt(wide @ wide))).astype("<f4").tobytes()
         source_fp = xxhash.xxh32_intdigest(vector) or 1
     elif event.text:
         source_fp = xxhash.xxh32_intdigest(event.text.encode("utf-8"), seed=1) or 1
@@ -310,8 +346,8 @@ def prepare(event: FetchedPage) -> Fetch:
             if event.content_digest
             else 0
         ),
-        outlink_fps=np.array(order, dtype="<u4").tobytes(),
-        outlink_internal=np.array([fps[f] for f in order], dtype=bool).tobytes(),
+        outlink_fps=np.fromiter(order, dtype="<u4", count=len(order)).tobytes(),
+        outlink_internal=bytes(map(fps.__getitem__, order)),
         vector=vector,
         source_fp=source_fp or 0,
         text=event.text if vector is None else None,

@@ -23,7 +23,6 @@ import numpy as np
 from online.embedding import HashingTextEmbedder
 from online.events import DEFAULT_EMBEDDING_DIM, Fetch, FetchedPage, prepare, utc_now
 from online.features import (
-    N_STATS,
     as_dict,
     feature_names,
     own_features,
@@ -33,7 +32,7 @@ from online.features import (
 from online.history import DEFAULT_HISTORY, Emitted, PageState, update, with_embedding
 from online.index import VectorIndex, neighbour_weights
 from online.links import link_info
-from online.scoring import Score, Scorer
+from online.scoring import Scorer, Scores
 from streams.stores import Neighbours, PageStore, PageWrites
 
 #: Extra candidates fetched beyond k, so near-ties at the k-th place are settled by the exact
@@ -154,16 +153,14 @@ class PagePipeline:
         # batch's own earlier vectors; then the batch's vectors go in.
         new_nbrs = self._find_neighbours(pending)
 
-        # Neighbours' stats as they stood before the batch, one row per page.
-        wanted: dict[int, None] = dict.fromkeys(page_ids.values())
-        for p in pending:
-            nb = new_nbrs.get(id(p)) or p.neighbours
-            if nb is not None:
-                wanted.update(dict.fromkeys(nb.ids.tolist()))
-        row_of = {pid: row for row, pid in enumerate(wanted)}
-        base_stats = np.full((len(row_of), N_STATS), np.nan, dtype=np.float32)
-        for pid, row in self.store.get_stats(list(wanted)).items():
-            base_stats[row_of[pid]] = row
+        # Neighbours' stats as they stood before the batch: one row per distinct page among
+        # the batch's pages and all their neighbours (read in one go).
+        nbr_lists = [new_nbrs.get(id(p)) or p.neighbours for p in pending]
+        batch_ids = np.fromiter(page_ids.values(), np.int64, len(page_ids))
+        all_ids = np.concatenate([batch_ids, *(nb.ids for nb in nbr_lists if nb is not None)])
+        wanted, where = np.unique(all_ids, return_inverse=True)
+        base_stats = self.store.get_stats(wanted)
+        row_of = dict(zip(batch_ids.tolist(), where[: len(batch_ids)].tolist(), strict=True))
 
         # Pass 2: history updates and own features, in order.
         results: list[Processed] = []
@@ -195,13 +192,13 @@ class PagePipeline:
         if applied:
             own = np.array(own_rows, dtype=np.float64)
             own_stats = own[:, self._stats_columns].astype(np.float32)
-            related = self._related(applied, nbr_of, row_of, base_stats, own_stats)
+            related = self._related(applied, nbr_of, wanted, row_of, base_stats, own_stats)
             matrix = np.concatenate([own, related], axis=1)
             scores = self.scorer.score_matrix(matrix, self._columns)
-            now = self.clock()
-            for a, r in enumerate(applied):
+            stamp = _iso(self.clock())
+            for a, (r, score) in enumerate(zip(applied, _score_rows(scores), strict=True)):
                 r.row = matrix[a]
-                r.priority = self._priority(r.event, scores.row(a), now)
+                r.priority = self._priority(r.event, score, stamp)
                 writes.stats[r.page_id] = own_stats[a]
         self.store.write(writes)
         self.counters.applied += len(applied)
@@ -216,6 +213,7 @@ class PagePipeline:
         self,
         applied: list[Processed],
         nbr_of: list[Neighbours | None],
+        wanted: np.ndarray,
         row_of: dict[int, int],
         base_stats: np.ndarray,
         own_stats: np.ndarray,
@@ -229,7 +227,7 @@ class PagePipeline:
         for a, nb in enumerate(nbr_of):
             if nb is not None and len(nb.ids):
                 m = len(nb.ids)
-                slots[a, :m] = [row_of[i] for i in nb.ids.tolist()]
+                slots[a, :m] = np.searchsorted(wanted, nb.ids)
                 weights[a, :m] = nb.weights
         # Versions of stats: the pre-batch rows, then one row per applied event. Key an update
         # by (page row, position) so a binary search finds the latest one before each event.
@@ -441,19 +439,41 @@ class PagePipeline:
                 return i
         return None
 
-    def _priority(self, event: Fetch, score: Score, now: datetime) -> dict:
+    def _priority(self, event: Fetch, score: tuple, scored_at: str) -> dict:
         return {
             "url": event.url,
-            "fetched_at": event.fetched_at.isoformat().replace("+00:00", "Z"),
-            "scored_at": now.isoformat().replace("+00:00", "Z"),
-            "score": _round(score.score),
-            "expected_new_internal": _round(score.expected_new_internal),
-            "expected_new_external": _round(score.expected_new_external),
-            "p_new": _round(score.p_new),
+            "fetched_at": _iso(event.fetched_at),
+            "scored_at": scored_at,
+            "score": score[0],
+            "expected_new_internal": score[1],
+            "expected_new_external": score[2],
+            "p_new": score[3],
             "scorer": {"name": self.scorer.name, "version": self.scorer.version},
             "crawl": event.crawl,
             "status": event.status,
         }
+
+
+def _score_rows(scores: Scores) -> list[tuple]:
+    """Scores as rows of rounded Python floats (None where a scorer estimates no counts)."""
+    n = len(scores.score)
+
+    def column(values: np.ndarray | None) -> list:
+        return [None] * n if values is None else np.round(values, 6).tolist()
+
+    return list(
+        zip(
+            column(scores.score),
+            column(scores.expected_new_internal),
+            column(scores.expected_new_external),
+            column(scores.p_new),
+            strict=True,
+        )
+    )
+
+
+def _iso(moment: datetime) -> str:
+    return moment.isoformat().replace("+00:00", "Z")
 
 
 def _first_occurrence(ids: np.ndarray) -> np.ndarray:
@@ -462,5 +482,3 @@ def _first_occurrence(ids: np.ndarray) -> np.ndarray:
     return first
 
 
-def _round(value: float | None) -> float | None:
-    return None if value is None else round(float(value), 6)

@@ -9,7 +9,7 @@ keeps them in memory (`MemoryPageStore`); the live workers keep them in Redis. B
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -72,18 +72,21 @@ class PageStore(Protocol):
 
     def get_neighbours(self, page_ids: Sequence[int]) -> list[Neighbours | None]: ...
 
-    def get_stats(self, page_ids: Iterable[int]) -> Mapping[int, np.ndarray]: ...
+    def get_stats(self, page_ids: np.ndarray) -> np.ndarray:
+        """(n, N_STATS) float32 rows in ``page_ids`` order, NaN rows for unknown pages."""
+        ...
 
     def write(self, writes: PageWrites) -> None: ...
 
 
 class MemoryPageStore:
-    """The embedded default: plain dicts in this process."""
+    """The embedded default: dicts and one growing stats matrix in this process."""
 
     def __init__(self) -> None:
         self.states: dict[str, PageState] = {}
-        self.stats: dict[int, np.ndarray] = {}
         self.neighbours: dict[int, Neighbours] = {}
+        self._stats_row: dict[int, int] = {}
+        self._stats = np.full((1024, N_STATS), np.nan, dtype=np.float32)
 
     def get_states(self, urls: Sequence[str]) -> list[PageState | None]:
         return [self.states.get(url) for url in urls]
@@ -91,13 +94,29 @@ class MemoryPageStore:
     def get_neighbours(self, page_ids: Sequence[int]) -> list[Neighbours | None]:
         return [self.neighbours.get(pid) for pid in page_ids]
 
-    def get_stats(self, page_ids: Iterable[int]) -> Mapping[int, np.ndarray]:
-        return {pid: row for pid in page_ids if (row := self.stats.get(pid)) is not None}
+    def get_stats(self, page_ids: np.ndarray) -> np.ndarray:
+        get = self._stats_row.get
+        rows = np.fromiter((get(i, -1) for i in page_ids.tolist()), np.int64, len(page_ids))
+        out = self._stats[np.maximum(rows, 0)]
+        out[rows < 0] = np.nan
+        return out
+
+    def stats(self, page_id: int) -> np.ndarray | None:
+        row = self._stats_row.get(page_id)
+        return None if row is None else self._stats[row].copy()
 
     def write(self, writes: PageWrites) -> None:
         self.states.update(writes.states)
-        self.stats.update(writes.stats)
         self.neighbours.update(writes.neighbours)
+        for pid, values in writes.stats.items():
+            row = self._stats_row.get(pid)
+            if row is None:
+                row = self._stats_row[pid] = len(self._stats_row)
+                if row >= len(self._stats):
+                    grown = np.full((2 * len(self._stats), N_STATS), np.nan, dtype=np.float32)
+                    grown[: len(self._stats)] = self._stats
+                    self._stats = grown
+            self._stats[row] = values
 
     def __len__(self) -> int:
         return len(self.states)

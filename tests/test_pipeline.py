@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Sequence
 from datetime import timedelta
 
 import numpy as np
 import pytest
 
 from online.events import FetchedPage, parse_event
+from online.features import N_STATS
 from online.history import PageState, from_bytes, states_equal, to_bytes
 from online.index import FaissIndex
 from online.scoring import get_scorer
@@ -39,8 +40,12 @@ class BytesPageStore:
             Neighbours.from_bytes(b) if (b := self.data.get(f"n{p}")) else None for p in page_ids
         ]
 
-    def get_stats(self, page_ids: Iterable[int]) -> Mapping[int, np.ndarray]:
-        return {p: stats_from_bytes(b) for p in page_ids if (b := self.data.get(f"t{p}"))}
+    def get_stats(self, page_ids: np.ndarray) -> np.ndarray:
+        out = np.full((len(page_ids), N_STATS), np.nan, dtype=np.float32)
+        for i, pid in enumerate(page_ids.tolist()):
+            if blob := self.data.get(f"t{pid}"):
+                out[i] = stats_from_bytes(blob)
+        return out
 
     def write(self, writes: PageWrites) -> None:
         for url, state in writes.states.items():

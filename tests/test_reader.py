@@ -1,0 +1,52 @@
+"""Events files: the reader process gives exactly what in-process reading gives."""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import numpy as np
+import orjson
+
+from batch.generate import GeneratorConfig, generate_events
+from streams.reader import read_batches
+from streams.stores import Neighbours, stats_from_bytes, stats_to_bytes
+
+
+def test_parallel_reader_equals_in_process(tmp_path: Path) -> None:
+    events = list(generate_events(GeneratorConfig(pages=120, crawls=3, seed=5)))
+    lines = [orjson.dumps(e) for e in events]
+    lines.insert(7, b'{"url": 1}')
+    lines.insert(200, b"nope")
+    path = tmp_path / "e.jsonl.gz"
+    with gzip.open(path, "wb") as fh:
+        fh.write(b"\n".join(lines) + b"\n")
+    plain = list(read_batches(path, batch_size=50))
+    forked = list(read_batches(path, batch_size=50, parallel=True))
+    assert [b.fetches for b in forked] == [b.fetches for b in plain]
+    assert [b.rejects for b in forked] == [b.rejects for b in plain]
+    assert sum(len(b.fetches) for b in plain) == len(events)
+    assert [r.line for b in plain for r in b.rejects] == [8, 201]
+    assert sum(b.lines for b in plain) == len(lines)
+    assert plain[-1].position == path.stat().st_size
+
+
+def test_reader_failure_is_raised_in_the_parent(tmp_path: Path) -> None:
+    path = tmp_path / "broken.jsonl.gz"
+    path.write_bytes(b"\x1f\x8b not really gzip")
+    try:
+        list(read_batches(path, parallel=True))
+    except RuntimeError as err:
+        assert "events reader failed" in str(err)
+    else:  # pragma: no cover - the assertion below explains
+        raise AssertionError("a corrupt file must fail loudly")
+
+
+def test_neighbours_and_stats_bytes_round_trip() -> None:
+    nb = Neighbours(np.array([5, -7, 2**62], np.int64), np.array([0.5, 0.3, 0.2], np.float32), 99)
+    back = Neighbours.from_bytes(nb.to_bytes())
+    assert back.ids.tolist() == nb.ids.tolist() and back.index_size == 99
+    assert np.array_equal(back.weights, nb.weights)
+    row = np.arange(16, dtype=np.float32)
+    row[3] = np.nan
+    assert np.array_equal(stats_from_bytes(stats_to_bytes(row)), row, equal_nan=True)
