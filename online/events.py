@@ -24,7 +24,6 @@ import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -40,14 +39,11 @@ from pydantic import (
     field_validator,
 )
 
-from online.links import _CACHE as _LINK_CACHE
 from online.links import InvalidURL, LinkInfo, link_info
 
 DEFAULT_EMBEDDING_DIM = 192
 DEFAULT_MAX_OUTLINKS = 100_000
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
-_URL = attrgetter("url")
-_FINGERPRINT = attrgetter("fingerprint")
 
 
 class EventError(ValueError):
@@ -157,25 +153,21 @@ class FetchedPage(BaseModel):
             raise ValueError(f"{len(value)} outlinks, more than the maximum of {limit}")
         page_url = info.data.get("url")
         page = link_info(page_url) if page_url is not None else None
-        try:
-            infos = list(map(_LINK_CACHE.get, value))  # C-level loop over cached links
-        except TypeError:  # an unhashable entry: the slow path sorts it out
-            infos = [None] * len(value)
-        malformed = 0
-        if None in infos:
-            for i, info_i in enumerate(infos):
-                if info_i is None:
-                    try:
-                        infos[i] = link_info(value[i])
-                    except InvalidURL:
-                        malformed += 1
-            infos = [i for i in infos if i is not None]
-        unique = dict(zip(map(_URL, infos), infos, strict=True))
-        key = (page.scheme, page.site) if page is not None else None
-        flags = [(i.scheme, i.site) == key for i in unique.values()]
-        internal_by_fp = dict(zip(map(_FINGERPRINT, unique.values()), flags, strict=True))
-        n_internal = sum(flags)
-        kept = unique
+        kept: dict[str, None] = {}
+        internal_by_fp: dict[int, bool] = {}
+        malformed = n_internal = 0
+        for raw in value:
+            try:
+                link = link_info(raw)
+            except InvalidURL:
+                malformed += 1
+                continue
+            if link.url in kept:
+                continue
+            kept[link.url] = None
+            internal = page is not None and link.site == page.site and link.scheme == page.scheme
+            n_internal += internal
+            internal_by_fp.setdefault(link.fingerprint, internal)
         context["dropped_outlinks"] = malformed
         context["links"] = (internal_by_fp, n_internal)
         return list(kept)
