@@ -213,3 +213,14 @@ def test_duplicates_and_stale_are_counted_not_scored(events) -> None:
     # the same event twice inside one batch
     _, twice = run([events[0], events[0]], 10)
     assert [r.emitted.kind for r in twice] == ["applied", "duplicate"]
+
+
+def test_stored_stats_rows_match_the_page_state(events) -> None:
+    from online.features import page_stats
+    from online.links import link_info
+
+    pipeline, _ = run(events, 40)
+    store = pipeline.store
+    for url, state in store.states.items():
+        expected = page_stats(state, link_info(url))
+        assert np.array_equal(store.stats(link_info(url).page_id), expected, equal_nan=True)
