@@ -109,7 +109,20 @@ def _poisson_p(expected: np.ndarray) -> np.ndarray:
     return 1.0 - np.exp(-np.maximum(expected, 0.0))
 
 
-class NNLPreviousScorer(_MatrixScorer):
+class _CountBaseline(_MatrixScorer):
+    """A baseline that reads its internal and external estimates from two feature columns."""
+
+    internal_column = ""
+    external_column = ""
+
+    def score_matrix(self, X: np.ndarray, columns: Mapping[str, int]) -> Scores:
+        internal = _col(X, columns, self.internal_column, 0.0)
+        external = _col(X, columns, self.external_column, 0.0)
+        total = internal + external
+        return Scores(total, internal, external, _poisson_p(total))
+
+
+class NNLPreviousScorer(_CountBaseline):
     """Baseline NNL-Pr: the new outlinks of the last interval predict the next.
 
     >>> NNLPreviousScorer().score_one({"dp_new_internal_1": 3.0, "dp_new_external_1": 1.0}).score
@@ -117,15 +130,11 @@ class NNLPreviousScorer(_MatrixScorer):
     """
 
     name = "nnl-pr"
-
-    def score_matrix(self, X: np.ndarray, columns: Mapping[str, int]) -> Scores:
-        internal = _col(X, columns, "dp_new_internal_1", 0.0)
-        external = _col(X, columns, "dp_new_external_1", 0.0)
-        total = internal + external
-        return Scores(total, internal, external, _poisson_p(total))
+    internal_column = "dp_new_internal_1"
+    external_column = "dp_new_external_1"
 
 
-class NNLAverageScorer(_MatrixScorer):
+class NNLAverageScorer(_CountBaseline):
     """Baseline NNL-Av: the mean new outlinks per interval over the history window.
 
     >>> NNLAverageScorer().score_one({"dp_new_internal_mean": 2.5}).expected_new_internal
@@ -133,12 +142,8 @@ class NNLAverageScorer(_MatrixScorer):
     """
 
     name = "nnl-av"
-
-    def score_matrix(self, X: np.ndarray, columns: Mapping[str, int]) -> Scores:
-        internal = _col(X, columns, "dp_new_internal_mean", 0.0)
-        external = _col(X, columns, "dp_new_external_mean", 0.0)
-        total = internal + external
-        return Scores(total, internal, external, _poisson_p(total))
+    internal_column = "dp_new_internal_mean"
+    external_column = "dp_new_external_mean"
 
 
 class CCRScorer(_MatrixScorer):

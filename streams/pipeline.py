@@ -15,7 +15,7 @@ crawl, found among few others, get real neighbours later); never on every event.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 
 import numpy as np
@@ -88,7 +88,6 @@ class PipelineCounters:
     stale: int = 0
     searches: int = 0
     embedded_from_text: int = 0
-    by_kind: dict[str, int] = field(default_factory=dict)
 
 
 class PagePipeline:
