@@ -176,7 +176,10 @@ def replay(
     config = config or PipelineConfig()
     out_dir.mkdir(parents=True, exist_ok=True)
     pipeline = PagePipeline(
-        MemoryPageStore(), FaissIndex(dim=config.embedding_dim), get_scorer(scorer), config
+        MemoryPageStore(),
+        FaissIndex(dim=config.embedding_dim, threads=1 if parallel else 2),
+        get_scorer(scorer),
+        config,
     )
     summary = ReplaySummary(str(events_file), str(out_dir), scorer)
     table = FeatureTable(out_dir / FEATURES_FILE, config.history)
