@@ -175,8 +175,9 @@ def replay(
         parallel = (os.cpu_count() or 1) > 1 and events_file.stat().st_size > PARALLEL_FROM_BYTES
     config = config or PipelineConfig()
     out_dir.mkdir(parents=True, exist_ok=True)
+    store = MemoryPageStore()
     pipeline = PagePipeline(
-        MemoryPageStore(),
+        store,
         FaissIndex(dim=config.embedding_dim, threads=1 if parallel else 2),
         get_scorer(scorer),
         config,
@@ -227,7 +228,7 @@ def replay(
     summary.stale = counters.stale
     summary.neighbour_searches = counters.searches
     summary.embedded_from_text = counters.embedded_from_text
-    summary.pages = len(pipeline.store)  # type: ignore[arg-type]
+    summary.pages = len(store)
     summary.indexed_pages = len(pipeline.index)
     summary.feature_rows = table.rows
     summary.labelled_rows = table.labelled
