@@ -174,9 +174,7 @@ class FetchedPage(BaseModel):
 
     @field_validator("embedding", mode="wrap")
     @classmethod
-    def _check_embedding(
-        cls, value: Any, handler: Any, info: ValidationInfo
-    ) -> list[float] | None:
+    def _check_embedding(cls, value: Any, handler: Any, info: ValidationInfo) -> list[float] | None:
         """Checked as one float32 array (dimension, finiteness), not float by float."""
         if value is None:
             return None

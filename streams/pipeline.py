@@ -479,5 +479,3 @@ def _first_occurrence(ids: np.ndarray) -> np.ndarray:
     first = np.zeros(len(ids), dtype=bool)
     first[np.unique(ids, return_index=True)[1]] = True
     return first
-
-
