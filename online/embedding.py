@@ -133,14 +133,21 @@ class HashingTextEmbedder:
         dim = np.uint64(self.dim)
         # Lemire's multiply-shift reduction takes the bucket from the high bits of each
         # 32-bit half, leaving the half's lowest bit free to pick the sign.
-        buckets = np.concatenate([(lo * dim) >> np.uint64(32), (hi * dim) >> np.uint64(32)])
-        signs = np.concatenate([(lo & np.uint64(1)), (hi & np.uint64(1))]).astype(np.float64)
+        first, second = (lo * dim) >> np.uint64(32), (hi * dim) >> np.uint64(32)
+        first_sign, second_sign = lo & np.uint64(1), hi & np.uint64(1)
+        # A feature whose two buckets coincide must not cancel itself out.
+        second_sign = np.where(first == second, first_sign, second_sign)
+        buckets = np.concatenate([first, second])
+        signs = np.concatenate([first_sign, second_sign]).astype(np.float64)
         values = np.tile(weight, 2) * (1.0 - 2.0 * signs)
         vec = np.bincount(buckets.astype(np.intp), weights=values, minlength=self.dim)
         # fsum is exactly rounded, so the norm does not depend on the BLAS build or CPU.
         norm = math.sqrt(math.fsum((vec * vec).tolist()))
-        if norm == 0.0:  # every feature cancelled out: no usable direction
-            return None
+        if norm == 0.0:
+            # Different features cancelled each other exactly (vanishingly rare): the text
+            # still has words, so it gets a direction, the first feature's bucket.
+            vec[int(buckets[0])] = 1.0
+            norm = 1.0
         return (vec / norm).astype(np.float32)
 
     def __repr__(self) -> str:

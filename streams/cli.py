@@ -13,6 +13,8 @@ from online.events import DEFAULT_EMBEDDING_DIM, DEFAULT_MAX_OUTLINKS
 from online.history import DEFAULT_HISTORY
 from online.scoring import DEFAULT_SCORER, SCORERS
 
+DEFAULT_EVAL_SCORERS = ("lbla", "nnl-pr", "nnl-av", "ccr")
+
 app = typer.Typer(
     help="lookaround: tells a focused crawler which pages to recrawl first.",
     no_args_is_help=True,
@@ -101,7 +103,7 @@ def demo(
     ] = None,
     scorer: Annotated[str, typer.Option(callback=_check_scorer)] = DEFAULT_SCORER,
 ) -> None:
-    """The main job from nothing: generate a crawl (or take --events), replay it."""
+    """The main job from nothing: generate a crawl (or take --events), replay it, evaluate it."""
     from batch.generate import GeneratorConfig, write_events
     from streams.replay import replay as run_replay
 
@@ -113,6 +115,44 @@ def demo(
     run_dir = out / "run"
     summary = run_replay(events, run_dir, scorer=scorer)
     _print_summary(summary, run_dir)
+    _evaluate_and_print(run_dir, DEFAULT_EVAL_SCORERS)
+
+
+def _parse_scorers(value: str) -> tuple[str, ...]:
+    names = tuple(n.strip() for n in value.split(",") if n.strip())
+    if not names:
+        raise typer.BadParameter("give at least one scorer")
+    for name in names:
+        _check_scorer(name)
+    return names
+
+
+@app.command()
+def evaluate(
+    run_dir: Annotated[
+        Path, typer.Argument(exists=True, file_okay=False, help="Run directory of a replay.")
+    ],
+    scorers: Annotated[
+        str, typer.Option(help="Comma-separated scorers to compare (plus random and oracle).")
+    ] = ",".join(DEFAULT_EVAL_SCORERS),
+) -> None:
+    """Evaluate a replay run: report.md / report.html, CSVs and plots in RUN_DIR."""
+    _evaluate_and_print(run_dir, _parse_scorers(scorers))
+
+
+def _evaluate_and_print(run_dir: Path, scorers: tuple[str, ...]) -> None:
+    from batch.report import HEADLINE_COLUMNS, headline_rows, write_report
+
+    if not (run_dir / "features.parquet").exists():
+        raise typer.BadParameter(f"{run_dir} has no features.parquet; run `lookaround replay`")
+    result = write_report(run_dir, scorers)
+    table = Table(title="stream view, target nnl_total (new outlinks at the next fetch)")
+    for i, label in enumerate(HEADLINE_COLUMNS.values()):
+        table.add_column(label, justify="left" if i == 0 else "right")
+    for row in headline_rows(result.headline):
+        table.add_row(*row)
+    Console().print(table)
+    console.print(f"report: {result.html} (also {result.markdown.name}, evaluation.csv, plots/)")
 
 
 def _print_summary(summary, out: Path) -> None:  # type: ignore[no-untyped-def]

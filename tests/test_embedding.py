@@ -154,3 +154,10 @@ def test_vector_fingerprint_stable_32_bit_and_never_zero(monkeypatch: pytest.Mon
     assert fp != vector_fingerprint(EMB.embed("something else entirely"))
     monkeypatch.setattr(embedding.xxhash, "xxh32_intdigest", lambda data: 0)
     assert vector_fingerprint(v) != 0
+
+
+def test_a_single_word_never_cancels_itself() -> None:
+    """Found by hypothesis: 'HD' hashed both of its buckets to one slot with opposite signs."""
+    for word in ("HD", "hd", "a", "z", "ok"):
+        v = EMB.embed(word)
+        assert v is not None and abs(float(np.linalg.norm(v)) - 1.0) < 1e-5

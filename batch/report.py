@@ -1,0 +1,527 @@
+"""A readable report of a replay run: what a reviewer needs without opening a notebook.
+
+`write_report` evaluates a run directory (`batch.evaluate`) and writes into it:
+
+* ``evaluation.csv``: the full tidy table (view × round × target × ranking × metric);
+* ``summary_metrics.csv``: `batch.evaluate.summarise` of it;
+* ``plots/*.png``: Precision@k% and yield-vs-budget curves, a Spearman heatmap, the CCDF of
+  new outlinks per page per interval;
+* ``report.md`` and a self-contained ``report.html`` (the PNGs inlined as data URIs, so the
+  file can be mailed or attached to a ticket on its own).
+
+Undefined metrics are never shown as NaN: a target where no page gained a link reads
+"no new links", anything else undefined (a constant ranking's Spearman, ...) reads "n/a".
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only; never needs a display
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+from batch.evaluate import (
+    DEFAULT_SCORERS,
+    TARGETS,
+    evaluate_rounds,
+    load_rows,
+    ranking_predictions,
+    summarise,
+    targets,
+)
+from batch.metrics import PERCENTS, Ranked, precision_at_k, yield_at_budget
+
+__all__ = [
+    "HEADLINE_COLUMNS",
+    "NO_NEW_LINKS",
+    "ReportResult",
+    "format_value",
+    "headline_rows",
+    "write_report",
+]
+
+NO_NEW_LINKS = "no new links"
+UNDEFINED = "n/a"
+CURVE_TARGETS = ("nnl_total", "nnl_internal", "nnl_external")
+#: headline column -> (target, metric) in the stream view
+HEADLINE_METRICS: dict[str, tuple[str, str]] = {
+    "p_auc": ("nnl_total", "p_auc"),
+    "spearman": ("nnl_total", "spearman"),
+    "yield_relative_10": ("nnl_total", "yield_relative_10"),
+    "yield_share_10": ("nnl_total", "yield_share_10"),
+    "nl_internal_f1": ("nl_internal", "f1"),
+    "nl_internal_balanced_accuracy": ("nl_internal", "balanced_accuracy"),
+}
+#: headline column -> human label
+HEADLINE_COLUMNS: dict[str, str] = {
+    "ranking": "ranking",
+    "p_auc": "P@k% AUC",
+    "spearman": "Spearman",
+    "yield_relative_10": "yield@10% / best",
+    "yield_share_10": "yield@10% share",
+    "nl_internal_f1": "NL int. F1",
+    "nl_internal_balanced_accuracy": "NL int. bal. acc.",
+}
+_STYLE = {"oracle": {"color": "black", "ls": "--"}, "random": {"color": "grey", "ls": ":"}}
+
+PRECISION_TEXT = (
+    "**Precision@k%.** Top size K = ceil(k% · n). A page's probability of being in a top-K is 1 "
+    "above the tie group at the cut, 0 below it, and (slots left) / (group size) inside it: ties "
+    "are broken at random, taken in exact expectation rather than by sampling. Precision@k% is "
+    "the expected overlap of the predicted and the true top-K, Σ p_i q_i, divided by the best "
+    "achievable, Σ q_i², so the oracle scores exactly 1. Without ties in the truth this is the "
+    "paper's share of the true top-k% that is predicted. Here most pages gain no link, so the "
+    "truth is heavily tied and a random ranking scores ABOVE k% (a constant score gets "
+    "K² / (n Σ q_i²)). P@k% AUC is the mean over k = 1, ..., 100 %: perfect = 1 (the authors' "
+    "code integrated from 3.33 % and so topped out at 0.967)."
+)
+YIELD_TEXT = (
+    "**Yield at budget b.** The share of all new outlinks found by recrawling the top b of pages "
+    "by a ranking (ties at the cut in expectation); '/ best' divides it by what the oracle "
+    "finds with the same budget."
+)
+
+
+@dataclass(frozen=True)
+class ReportResult:
+    """Where the report went, and its headline (stream view, one row per ranking)."""
+
+    run_dir: Path
+    markdown: Path
+    html: Path
+    evaluation_csv: Path
+    summary_csv: Path
+    plots: dict[str, Path]
+    headline: pd.DataFrame
+    no_new_links: bool = False
+    tables: dict[str, pd.DataFrame] = field(default_factory=dict, repr=False)
+
+
+def _defined(v: Any) -> bool:
+    return v is not None and not (isinstance(v, float) and np.isnan(v)) and not pd.isna(v)
+
+
+def format_value(v: Any, no_new_links: bool = False, digits: int = 3) -> str:
+    """One cell as text: numbers rounded, undefined as "no new links" or "n/a", never "nan"."""
+    if not _defined(v):
+        return NO_NEW_LINKS if no_new_links else UNDEFINED
+    if isinstance(v, bool | np.bool_):
+        return "yes" if v else "no"
+    if isinstance(v, int | np.integer):
+        return f"{int(v):,}"
+    if isinstance(v, float | np.floating):
+        return f"{float(v):.{digits}f}"
+    return str(v)
+
+
+def headline_rows(headline: pd.DataFrame) -> list[list[str]]:
+    """The headline as text cells in `HEADLINE_COLUMNS` order (for markdown, HTML, rich)."""
+    rows = []
+    for _, r in headline.iterrows():
+        cells = [str(r["ranking"])]
+        for col in list(HEADLINE_COLUMNS)[1:]:
+            target = HEADLINE_METRICS[col][0]
+            cells.append(format_value(r[col], bool(r[f"no_new_links_{target}"])))
+        rows.append(cells)
+    return rows
+
+
+def _headline(table: pd.DataFrame, rankings: Sequence[str]) -> pd.DataFrame:
+    stream = table[table["view"] == "stream"]
+    records = []
+    for name in rankings:
+        rec: dict[str, Any] = {"ranking": name}
+        for col, (target, metric) in HEADLINE_METRICS.items():
+            hit = stream[(stream["target"] == target) & (stream["ranking"] == name)]
+            rec[col] = None if hit.empty else _none(hit.iloc[0][metric])
+            # a target absent from the table had no labelled rows at all: nothing to gain
+            rec[f"no_new_links_{target}"] = hit.empty or bool(hit.iloc[0]["no_new_links"])
+        records.append(rec)
+    out = pd.DataFrame.from_records(records)
+    for col in HEADLINE_METRICS:
+        out[col] = pd.Series([r[col] for r in records], dtype=object)
+    return out
+
+
+def _none(v: Any) -> float | None:
+    return float(v) if _defined(v) else None
+
+
+# ---------------------------------------------------------------------------- tables
+
+
+def _weekly(rows: pd.DataFrame, truth: dict[str, np.ndarray]) -> pd.DataFrame:
+    """Paper's Table 1: per round, mean / std (population) of new outlinks and share with none."""
+    crawls = rows["crawl"].to_numpy()
+    records = []
+    for crawl in np.unique(crawls):
+        idx = crawls == crawl
+        rec: dict[str, Any] = {"round": int(crawl) + 1, "pages": int(idx.sum())}
+        for side in ("internal", "external", "total"):
+            x = truth[f"nnl_{side}"][idx]
+            rec[f"{side}_mean"] = float(x.mean())
+            rec[f"{side}_std"] = float(x.std())
+            rec[f"{side}_none"] = float((x == 0).mean())
+        records.append(rec)
+    return pd.DataFrame.from_records(records)
+
+
+def _data_summary(df: pd.DataFrame, labelled: int, run_dir: Path) -> list[tuple[str, Any]]:
+    items: list[tuple[str, Any]] = [
+        ("feature rows", len(df)),
+        ("pages", int(df["page_id"].nunique()) if len(df) else 0),
+        ("crawl rounds", int(df["crawl"].nunique()) if len(df) else 0),
+        ("labelled rows (a next fetch was seen)", labelled),
+    ]
+    path = run_dir / "summary.json"
+    if path.exists():
+        s = json.loads(path.read_text())
+        for key in ("scorer", "events_read", "accepted", "rejected", "applied", "duplicate"):
+            if key in s:
+                items.append((f"replay: {key.replace('_', ' ')}", s[key]))
+        for key in ("stale", "dropped_outlinks", "events_per_second"):
+            if key in s:
+                items.append((f"replay: {key.replace('_', ' ')}", s[key]))
+    return items
+
+
+def _round_p_auc(table: pd.DataFrame, rankings: Sequence[str]) -> pd.DataFrame:
+    """Per round × ranking P@k% AUC on nnl_total; "no new links" rounds kept as such."""
+    sub = table[(table["view"] == "round") & (table["target"] == "nnl_total")]
+    records = []
+    for rnd, group in sub.groupby("round", sort=True):
+        rec: dict[str, Any] = {"round": int(rnd), "positives": int(group["positives"].iloc[0])}
+        no_new = bool(group["no_new_links"].iloc[0])
+        for name in rankings:
+            hit = group[group["ranking"] == name]
+            v = None if hit.empty else hit.iloc[0]["p_auc"]
+            rec[name] = format_value(v, no_new)
+        records.append(rec)
+    return pd.DataFrame.from_records(records)
+
+
+# ---------------------------------------------------------------------------- plots
+
+
+def _rank_values(pred: Any, side: str) -> np.ndarray:
+    count = pred.count(side)
+    return pred.score if count is None else count
+
+
+def _curves(
+    rows: pd.DataFrame, truth: dict[str, np.ndarray], scorers: Sequence[str]
+) -> dict[str, dict[str, dict[str, np.ndarray]]]:
+    """target -> ranking -> {"p_at_k", "yield"} in the stream view (as `evaluate_rounds`)."""
+    preds = ranking_predictions(rows, scorers)  # same seed as evaluate_rounds: same random
+    budgets = PERCENTS / 100.0
+    out: dict[str, dict[str, dict[str, np.ndarray]]] = {}
+    for target in CURVE_TARGETS:
+        y = truth[target]
+        if y.size == 0 or not (y > 0).any():
+            out[target] = {}
+            continue
+        t = Ranked(y)
+        side = TARGETS[target][1]
+        values = {name: _rank_values(p, side) for name, p in preds.items()} | {"oracle": y}
+        per: dict[str, dict[str, np.ndarray]] = {}
+        for name, v in values.items():
+            p = Ranked(v)
+            yields = yield_at_budget(p, y, budgets)
+            per[name] = {
+                "p_at_k": precision_at_k(p, t, PERCENTS),
+                "yield": np.array([yields[b]["share"] for b in budgets], dtype=float),
+            }
+        out[target] = per
+    return out
+
+
+def _line_style(name: str) -> dict[str, Any]:
+    return _STYLE.get(name, {"ls": "-"})
+
+
+def _curve_figure(curves: dict, key: str, ylabel: str, title: str) -> plt.Figure:
+    fig, axes = plt.subplots(1, len(CURVE_TARGETS), figsize=(13, 4), sharey=True)
+    for ax, target in zip(axes, CURVE_TARGETS, strict=True):
+        per = curves.get(target, {})
+        if not per:
+            ax.text(0.5, 0.5, NO_NEW_LINKS, ha="center", va="center", transform=ax.transAxes)
+        for name, c in per.items():
+            ax.plot(PERCENTS, c[key], label=name, lw=1.6, **_line_style(name))
+        if key == "p_at_k":
+            ax.plot(PERCENTS, PERCENTS / 100.0, color="lightgrey", lw=0.8, label="k% (no ties)")
+        ax.set_title(target)
+        ax.set_xlabel("k (% of pages)" if key == "p_at_k" else "pages recrawled (%)")
+        ax.set_xlim(0, 100)
+        ax.set_ylim(0, 1.03)
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel(ylabel)
+    handles, labels = axes[0].get_legend_handles_labels()
+    for ax in axes[1:]:
+        if not handles:
+            handles, labels = ax.get_legend_handles_labels()
+    if handles:
+        fig.legend(handles, labels, loc="lower center", ncol=len(labels), frameon=False)
+    fig.suptitle(title)
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
+    return fig
+
+
+def _spearman_figure(table: pd.DataFrame, rankings: Sequence[str]) -> plt.Figure:
+    stream = table[table["view"] == "stream"]
+    names = [t for t in TARGETS if t in set(stream["target"])] or list(TARGETS)
+    grid = np.full((len(rankings), len(names)), np.nan)
+    labels = [[UNDEFINED] * len(names) for _ in rankings]
+    for i, r in enumerate(rankings):
+        for j, t in enumerate(names):
+            hit = stream[(stream["ranking"] == r) & (stream["target"] == t)]
+            no_new = hit.empty or bool(hit.iloc[0]["no_new_links"])
+            v = None if hit.empty else hit.iloc[0]["spearman"]
+            if _defined(v):
+                grid[i, j] = float(v)
+            labels[i][j] = format_value(v, no_new, digits=2)
+    fig, ax = plt.subplots(figsize=(1.5 * len(names) + 2, 0.55 * len(rankings) + 1.8))
+    cmap = plt.get_cmap("RdBu_r").with_extremes(bad="#dddddd")
+    im = ax.imshow(np.ma.masked_invalid(grid), cmap=cmap, vmin=-1, vmax=1, aspect="auto")
+    for i in range(len(rankings)):
+        for j in range(len(names)):
+            text = labels[i][j].replace(" ", "\n") if not np.isfinite(grid[i, j]) else labels[i][j]
+            dark = np.isfinite(grid[i, j]) and abs(grid[i, j]) > 0.6
+            ax.text(j, i, text, ha="center", va="center", fontsize=9, color="w" if dark else "k")
+    ax.set_xticks(range(len(names)), names, rotation=30, ha="right")
+    ax.set_yticks(range(len(rankings)), rankings)
+    fig.colorbar(im, ax=ax, label="Spearman's rho")
+    ax.set_title("Spearman's rho, stream view (grey: undefined)")
+    fig.tight_layout()
+    return fig
+
+
+def _ccdf_figure(truth: dict[str, np.ndarray]) -> plt.Figure:
+    fig, ax = plt.subplots(figsize=(6, 4.5))
+    drawn = False
+    for side in ("internal", "external", "total"):
+        x = truth[f"nnl_{side}"]
+        if x.size == 0 or not (x > 0).any():
+            continue
+        values, counts = np.unique(x[x > 0], return_counts=True)
+        # P(X >= v) over all labelled intervals, zeros included in the denominator
+        ccdf = counts[::-1].cumsum()[::-1] / x.size
+        ax.loglog(values, ccdf, marker=".", ms=4, lw=1, label=side)
+        drawn = True
+    if not drawn:
+        ax.text(0.5, 0.5, NO_NEW_LINKS, ha="center", va="center", transform=ax.transAxes)
+    else:
+        ax.legend()
+    ax.set_xlabel("new outlinks per page per interval, x")
+    ax.set_ylabel("P(X ≥ x)")
+    ax.set_title("CCDF of new outlinks (all labelled intervals)")
+    ax.grid(alpha=0.3, which="both")
+    fig.tight_layout()
+    return fig
+
+
+def _save(fig: plt.Figure, path: Path) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100)
+    plt.close(fig)
+    data = buf.getvalue()
+    path.write_bytes(data)
+    return data
+
+
+# ---------------------------------------------------------------------------- rendering
+
+
+def _md_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def _html_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in rows
+    )
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _weekly_cells(weekly: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
+    header = ["round", "pages"]
+    for side in ("internal", "external", "total"):
+        header += [f"{side} mean", f"{side} std", f"{side}: share with none"]
+    rows = []
+    for _, r in weekly.iterrows():
+        cells = [str(int(r["round"])), f"{int(r['pages']):,}"]
+        for side in ("internal", "external", "total"):
+            cells += [
+                f"{r[f'{side}_mean']:.2f}",
+                f"{r[f'{side}_std']:.2f}",
+                f"{100 * r[f'{side}_none']:.1f} %",
+            ]
+        rows.append(cells)
+    return header, rows
+
+
+def _sections(
+    run_dir: Path,
+    headline: pd.DataFrame,
+    summary_items: list[tuple[str, Any]],
+    weekly: pd.DataFrame,
+    rounds: pd.DataFrame,
+    no_new: bool,
+) -> list[tuple[str, str, list[str], list[list[str]]]]:
+    """(title, text, header, rows) per section, rendered by both markdown and HTML."""
+    head_header = list(HEADLINE_COLUMNS.values())
+    note = (
+        "No page gained a link in any interval of this run: ranking metrics are undefined and "
+        "read 'no new links'. "
+        if no_new
+        else ""
+    )
+    w_header, w_rows = _weekly_cells(weekly)
+    r_header = [str(c) for c in rounds.columns]
+    r_rows = [[str(v) for v in r] for r in rounds.itertuples(index=False)]
+    return [
+        (
+            "Headline (stream view)",
+            note + "Every labelled fetch judged on the page's next fetch, target nnl_total "
+            "(new internal + external outlinks); the NL columns judge p_new >= 0.5 against "
+            "'at least one new internal link'. 'n/a' marks a value that is undefined for that "
+            "ranking (a constant score has no Spearman; a ranking without a probability has no "
+            "F1).",
+            head_header,
+            headline_rows(headline),
+        ),
+        (
+            "Data",
+            f"Run directory `{run_dir}`.",
+            ["what", "value"],
+            [[k, format_value(v)] for k, v in summary_items],
+        ),
+        (
+            "New outlinks per round (like the paper's Table 1)",
+            "Round r: the new outlinks pages showed at crawl r against their previous fetch; "
+            "std is the population standard deviation.",
+            w_header,
+            w_rows,
+        ),
+        (
+            "P@k% AUC per round (nnl_total)",
+            "The paper's view: pages ranked by their scores after crawl r-1, judged on crawl r.",
+            r_header,
+            r_rows,
+        ),
+    ]
+
+
+_PLOT_TEXT = {
+    "precision_at_k": "Precision@k% per target, stream view, one line per ranking.",
+    "yield": "Share of all new outlinks found against the share of pages recrawled.",
+    "spearman": "Spearman's rho between each ranking and each target, stream view.",
+    "ccdf": "CCDF of new outlinks per page per interval, log-log: heavy-tailed as in the paper.",
+}
+_CSS = (
+    "body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;"
+    "color:#222}table{border-collapse:collapse;margin:0.5em 0 1.5em}td,th{border:1px solid "
+    "#ccc;padding:3px 8px;text-align:right}th{background:#f3f3f3}td:first-child{text-align:"
+    "left}img{max-width:100%}code{background:#f3f3f3}"
+)
+
+
+def _render(
+    sections: list[tuple[str, str, list[str], list[list[str]]]],
+    plots: dict[str, Path],
+    pngs: dict[str, bytes],
+) -> tuple[str, str]:
+    md = ["# lookaround evaluation report", ""]
+    ht = [
+        "<!doctype html><html><head><meta charset='utf-8'>",
+        f"<title>lookaround evaluation report</title><style>{_CSS}</style></head><body>",
+        "<h1>lookaround evaluation report</h1>",
+    ]
+    for title, text, header, rows in sections:
+        md += [f"## {title}", "", text, "", _md_table(header, rows), ""]
+        ht += [f"<h2>{html.escape(title)}</h2>", f"<p>{html.escape(text)}</p>"]
+        ht.append(_html_table(header, rows))
+    md += ["## Definitions", "", PRECISION_TEXT, "", YIELD_TEXT, "", "## Plots", ""]
+    ht += [
+        "<h2>Definitions</h2>",
+        f"<p>{html.escape(PRECISION_TEXT)}</p><p>{html.escape(YIELD_TEXT)}</p>",
+        "<h2>Plots</h2>",
+    ]
+    for name, path in plots.items():
+        uri = "data:image/png;base64," + base64.b64encode(pngs[name]).decode("ascii")
+        md += [_PLOT_TEXT[name], "", f"![{name}](plots/{path.name})", ""]
+        ht += [f"<p>{html.escape(_PLOT_TEXT[name])}</p>", f"<img alt='{name}' src='{uri}'>"]
+    ht.append("</body></html>")
+    return "\n".join(md), "\n".join(ht)
+
+
+def write_report(run_dir: Path, scorers: Sequence[str] = DEFAULT_SCORERS) -> ReportResult:
+    """Evaluate the run directory and write report.md/.html, CSVs and plots into it."""
+    run_dir = Path(run_dir)
+    plot_dir = run_dir / "plots"
+    plot_dir.mkdir(parents=True, exist_ok=True)
+    scorers = tuple(scorers)
+    rankings = [*scorers, "random", "oracle"]
+
+    df = load_rows(run_dir).reset_index(drop=True)
+    table = evaluate_rounds(df, scorers)
+    evaluation_csv = run_dir / "evaluation.csv"
+    summary_csv = run_dir / "summary_metrics.csv"
+    table.to_csv(evaluation_csv, index=False)
+    (summarise(table) if len(table) else pd.DataFrame()).to_csv(summary_csv, index=False)
+
+    truth_all = targets(df)
+    labelled = np.flatnonzero(~np.isnan(truth_all["nnl_total"]))
+    rows = df.iloc[labelled].reset_index(drop=True)
+    truth = {k: v[labelled] for k, v in truth_all.items()}
+    no_new = not bool((truth["nnl_total"] > 0).any())
+
+    headline = _headline(table, rankings)
+    weekly = _weekly(rows, truth)
+    rounds = _round_p_auc(table, rankings)
+
+    curves = _curves(rows, truth, scorers) if len(rows) else {}
+    figures = {
+        "precision_at_k": _curve_figure(
+            curves, "p_at_k", "Precision@k%", "Precision@k% (ties in expectation; oracle = 1)"
+        ),
+        "yield": _curve_figure(
+            curves, "yield", "share of new outlinks found", "Yield vs recrawl budget"
+        ),
+        "spearman": _spearman_figure(table, rankings),
+        "ccdf": _ccdf_figure(truth),
+    }
+    plots = {name: plot_dir / f"{name}.png" for name in figures}
+    pngs = {name: _save(fig, plots[name]) for name, fig in figures.items()}
+
+    summary_items = _data_summary(df, len(rows), run_dir)
+    sections = _sections(run_dir, headline, summary_items, weekly, rounds, no_new)
+    md, ht = _render(sections, plots, pngs)
+    markdown, html_path = run_dir / "report.md", run_dir / "report.html"
+    markdown.write_text(md, encoding="utf-8")
+    html_path.write_text(ht, encoding="utf-8")
+    return ReportResult(
+        run_dir=run_dir,
+        markdown=markdown,
+        html=html_path,
+        evaluation_csv=evaluation_csv,
+        summary_csv=summary_csv,
+        plots=plots,
+        headline=headline,
+        no_new_links=no_new,
+        tables={"weekly": weekly, "rounds": rounds},
+    )
