@@ -266,7 +266,8 @@ def classification(
     return {
         "recall": recall,
         "precision": _ratio(tp, tp + fp),
-        "f1": _ratio(2 * tp, 2 * tp + fp + fn),
+        # With nothing to find, F1 (like recall) has no meaning: a round without new links.
+        "f1": None if recall is None else _ratio(2 * tp, 2 * tp + fp + fn),
         "balanced_accuracy": bal,
     }
 

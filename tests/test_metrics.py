@@ -153,7 +153,7 @@ def test_yield_ties_in_expectation() -> None:
 
 def test_classification_and_regression() -> None:
     m = classification(np.array([0.9, 0.8, 0.1]), np.array([0, 0, 0]))
-    assert m["recall"] is None and m["balanced_accuracy"] is None and m["f1"] == 0.0
+    assert m["recall"] is None and m["balanced_accuracy"] is None and m["f1"] is None
     m = classification(np.array([0.9, 0.1, 0.6, 0.2]), np.array([2, 0, 0, 1]))
     assert m == {"recall": 0.5, "precision": 0.5, "f1": 0.5, "balanced_accuracy": 0.5}
     r = regression(np.array([1.0, 1.0]), np.array([2.0, 2.0]))
@@ -176,3 +176,11 @@ def test_inputs_are_checked() -> None:
         precision_at_k(np.array([np.nan, 1.0]), np.array([0.0, 1.0]))
     with pytest.raises(ValueError):
         spearman(np.arange(3.0), np.arange(4.0))
+
+
+def test_classification_without_positives_is_undefined_not_zero() -> None:
+    from batch.metrics import classification
+
+    m = classification(np.array([0.9, 0.1, 0.6]), np.array([0, 0, 0]))
+    assert m["recall"] is None and m["f1"] is None and m["balanced_accuracy"] is None
+    assert m["precision"] == 0.0  # it did flag pages, and none gained a link
