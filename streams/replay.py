@@ -178,7 +178,7 @@ def replay(
     store = MemoryPageStore()
     pipeline = PagePipeline(
         store,
-        FaissIndex(dim=config.embedding_dim, threads=1 if parallel else 2),
+        FaissIndex(dim=config.embedding_dim),
         get_scorer(scorer),
         config,
     )
