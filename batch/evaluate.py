@@ -45,6 +45,7 @@ from batch.metrics import (
 )
 from online.features import feature_names
 from online.scoring import Scores, get_scorer
+from streams.rundir import FEATURES_FILE
 
 __all__ = [
     "DEFAULT_SCORERS",
@@ -60,7 +61,6 @@ __all__ = [
     "targets",
 ]
 
-FEATURES_FILE = "features.parquet"  # as written by streams.replay
 DEFAULT_SCORERS = ("lbla", "nnl-pr", "nnl-av", "ccr")
 #: target name -> (kind, side)
 TARGETS: dict[str, tuple[str, str]] = {

@@ -42,6 +42,7 @@ from batch.evaluate import (
     targets,
 )
 from batch.metrics import PERCENTS, Ranked, precision_at_k, yield_at_budget
+from streams.rundir import SUMMARY_FILE
 
 __all__ = [
     "HEADLINE_COLUMNS",
@@ -185,7 +186,7 @@ def _data_summary(df: pd.DataFrame, labelled: int, run_dir: Path) -> list[tuple[
         ("crawl rounds", int(df["crawl"].nunique()) if len(df) else 0),
         ("labelled rows (a next fetch was seen)", labelled),
     ]
-    path = run_dir / "summary.json"
+    path = run_dir / SUMMARY_FILE
     if path.exists():
         s = json.loads(path.read_text())
         for key in ("scorer", "events_read", "accepted", "rejected", "applied", "duplicate"):

@@ -12,6 +12,7 @@ from rich.table import Table
 from online.events import DEFAULT_EMBEDDING_DIM, DEFAULT_MAX_OUTLINKS
 from online.history import DEFAULT_HISTORY
 from online.scoring import DEFAULT_SCORER, SCORERS
+from streams.rundir import FEATURES_FILE
 
 DEFAULT_EVAL_SCORERS = ("lbla", "nnl-pr", "nnl-av", "ccr")
 
@@ -143,7 +144,7 @@ def evaluate(
 def _evaluate_and_print(run_dir: Path, scorers: tuple[str, ...]) -> None:
     from batch.report import HEADLINE_COLUMNS, headline_rows, write_report
 
-    if not (run_dir / "features.parquet").exists():
+    if not (run_dir / FEATURES_FILE).exists():
         raise typer.BadParameter(f"{run_dir} has no features.parquet; run `lookaround replay`")
     result = write_report(run_dir, scorers)
     table = Table(title="stream view, target nnl_total (new outlinks at the next fetch)")

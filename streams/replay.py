@@ -32,12 +32,9 @@ from online.index import FaissIndex
 from online.scoring import DEFAULT_SCORER, get_scorer
 from streams.pipeline import PagePipeline, PipelineConfig, Processed
 from streams.reader import read_batches
+from streams.rundir import FEATURES_FILE, PRIORITIES_FILE, REJECTS_FILE, SUMMARY_FILE
 from streams.stores import MemoryPageStore
 
-PRIORITIES_FILE = "priorities.jsonl.gz"
-REJECTS_FILE = "rejects.jsonl"
-FEATURES_FILE = "features.parquet"
-SUMMARY_FILE = "summary.json"
 PARALLEL_FROM_BYTES = 4 << 20
 
 
