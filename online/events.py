@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 import struct
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -153,23 +153,17 @@ class FetchedPage(BaseModel):
             raise ValueError(f"{len(value)} outlinks, more than the maximum of {limit}")
         page_url = info.data.get("url")
         page = link_info(page_url) if page_url is not None else None
-        kept: dict[str, None] = {}
-        internal_by_fp: dict[int, bool] = {}
-        malformed = n_internal = 0
+        kept: dict[str, LinkInfo] = {}
+        malformed = 0
         for raw in value:
             try:
                 link = link_info(raw)
             except InvalidURL:
                 malformed += 1
                 continue
-            if link.url in kept:
-                continue
-            kept[link.url] = None
-            internal = page is not None and link.site == page.site and link.scheme == page.scheme
-            n_internal += internal
-            internal_by_fp.setdefault(link.fingerprint, internal)
+            kept.setdefault(link.url, link)
         context["dropped_outlinks"] = malformed
-        context["links"] = (internal_by_fp, n_internal)
+        context["links"] = _summarise_links(page, kept.values())
         return list(kept)
 
     @field_validator("embedding", mode="wrap")
@@ -295,17 +289,24 @@ class Fetch:
 _FETCH_FIELDS = tuple(Fetch.__dataclass_fields__)
 
 
+def _summarise_links(
+    page: LinkInfo | None, links: Iterable[LinkInfo]
+) -> tuple[dict[int, bool], int]:
+    """(internal flag per outlink fingerprint, number of internal outlinks) of unique links."""
+    internal_by_fp: dict[int, bool] = {}
+    n_internal = 0
+    for link in links:
+        internal = page is not None and link.site == page.site and link.scheme == page.scheme
+        n_internal += internal
+        internal_by_fp.setdefault(link.fingerprint, internal)
+    return internal_by_fp, n_internal
+
+
 def prepare(event: FetchedPage) -> Fetch:
     """The compact `Fetch` of a validated event."""
     page = link_info(event.url)
     if event._link_summary is None:  # built directly, not through parse_event
-        summary: dict[int, bool] = {}
-        n_internal = 0
-        for link in event.outlink_infos:
-            internal = link.site == page.site and link.scheme == page.scheme
-            n_internal += internal
-            summary.setdefault(link.fingerprint, internal)
-        event._link_summary = (summary, n_internal)
+        event._link_summary = _summarise_links(page, event.outlink_infos)
     fps, n_internal = event._link_summary
     order = sorted(fps)
     vector = source_fp = None
