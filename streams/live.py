@@ -1,0 +1,411 @@
+"""What a live worker does with a batch, independent of Faust (the app in `streams.app` feeds it).
+
+For each micro-batch of fetched-page records:
+
+1. parse every value (`parse_fetch`); rejects go to the dead-letter topic with their reason and
+   source offset;
+2. `PagePipeline.process` over a store that defers its write (reads go to Redis, the write is
+   kept), retried with exponential backoff while Redis is unreachable; a failed attempt is
+   rolled back in the FAISS replica so the retry sees the index as it was;
+3. priority updates (keyed by URL) and the pages' new embeddings (keyed by page id, compacted
+   topic) are published and their delivery awaited;
+4. the batch's page writes go to Redis in one atomic, idempotent transaction (retried too);
+5. only then does the caller ack the records (so offsets never pass unprocessed events).
+
+A crash between 3 and 4 replays the batch: the same priorities are published again (the crawler
+sees an update twice, harmless); a crash after 4 finds the pages already written, so the
+redelivered events are duplicates and change nothing (no double count).
+
+The FAISS replica holds every page's latest embedding, from this worker's own batches and from
+the embeddings topic (all partitions, read from the beginning, outside the consumer group).
+Each vector is versioned by its fetch time: an older message never replaces a newer vector, so
+the worker's own echoes and replays are no-ops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import orjson
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from online.events import EventError, Fetch, parse_fetch
+from online.history import PageState
+from online.index import FaissIndex
+from online.scoring import get_scorer
+from streams.kafka_io import dead_letter_message, embedding_message
+from streams.pipeline import PagePipeline, PipelineConfig, Processed
+from streams.redis_store import RedisPageStore
+from streams.settings import Settings
+from streams.stores import Neighbours, PageWrites
+
+log = logging.getLogger("lookaround.worker")
+
+REDIS_DOWN = (RedisConnectionError, RedisTimeoutError, ConnectionError, TimeoutError)
+
+#: publish(topic, key, value) -> awaitable delivery (awaited once the batch is sent).
+Publish = Callable[[str, bytes | None, bytes], Awaitable[Awaitable[object]]]
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    timestamp: float | None = None  # seconds (the producer's or broker's timestamp)
+
+
+class Metrics:
+    """The worker's Prometheus metrics, in their own registry (served at /metrics)."""
+
+    def __init__(self) -> None:
+        r = self.registry = CollectorRegistry()
+        self.events_in = Counter("lookaround_events_in", "Records read", registry=r)
+        self.priorities_out = Counter(
+            "lookaround_priorities_out", "Priority updates published", registry=r
+        )
+        self.embeddings_out = Counter(
+            "lookaround_embeddings_out", "Embeddings published", registry=r
+        )
+        self.rejects = Counter(
+            "lookaround_rejects", "Rejected events by field", ["field"], registry=r
+        )
+        self.stale = Counter("lookaround_stale", "Stale events ignored", registry=r)
+        self.duplicates = Counter("lookaround_duplicates", "Duplicate events ignored", registry=r)
+        self.batch_seconds = Histogram(
+            "lookaround_batch_seconds",
+            "Time to process one micro-batch end to end",
+            buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+            registry=r,
+        )
+        self.batch_size = Histogram(
+            "lookaround_batch_events",
+            "Records per micro-batch",
+            buckets=(1, 10, 50, 100, 250, 500, 1000, 5000),
+            registry=r,
+        )
+        self.redis_retries = Counter(
+            "lookaround_redis_retries", "Batch attempts failed on Redis", registry=r
+        )
+        self.lag = Gauge(
+            "lookaround_consumer_lag", "Records behind the end", ["partition"], registry=r
+        )
+        self.replica_pages = Gauge(
+            "lookaround_replica_pages", "Pages in this worker's FAISS replica", registry=r
+        )
+        self.replica_applied = Counter(
+            "lookaround_replica_applied", "Embeddings applied from the topic", registry=r
+        )
+        self.model = Info("lookaround_model", "Scorer and model versions in use", registry=r)
+
+
+class _DeferredStore:
+    """Reads through to the store, overlaid with the writes kept since the last flush."""
+
+    def __init__(self, store: RedisPageStore) -> None:
+        self.store = store
+        self.pending = self._empty()
+
+    @staticmethod
+    def _empty() -> PageWrites:
+        return PageWrites(states={}, stats={}, neighbours={}, rows={}, learner=None)
+
+    def get_states(self, urls: Sequence[str]) -> list[PageState | None]:
+        got = self.store.get_states(urls)
+        p = self.pending.states
+        return [p.get(u, s) for u, s in zip(urls, got, strict=True)] if p else got
+
+    def get_neighbours(self, page_ids: Sequence[int]) -> list[Neighbours | None]:
+        got = self.store.get_neighbours(page_ids)
+        p = self.pending.neighbours
+        return [p.get(int(i), s) for i, s in zip(page_ids, got, strict=True)] if p else got
+
+    def get_stats(self, page_ids: np.ndarray) -> np.ndarray:
+        out = self.store.get_stats(page_ids)
+        p = self.pending.stats
+        if p:
+            for i, pid in enumerate(page_ids.tolist()):
+                if pid in p:
+                    out[i] = p[pid]
+        return out
+
+    def get_rows(self, page_ids: Sequence[int]) -> list[np.ndarray | None]:
+        got = self.store.get_rows(page_ids)
+        p = self.pending.rows
+        return [p.get(int(i), s) for i, s in zip(page_ids, got, strict=True)] if p else got
+
+    def get_learner(self) -> object | None:
+        if self.pending.learner is not None:
+            return self.pending.learner
+        return self.store.get_learner()
+
+    def write(self, writes: PageWrites) -> None:
+        p = self.pending
+        p.states.update(writes.states)
+        p.stats.update(writes.stats)
+        p.neighbours.update(writes.neighbours)
+        p.rows.update(writes.rows)
+        if writes.learner is not None:
+            p.learner = writes.learner
+
+    def flush(self) -> None:
+        self.store.write(self.pending)
+        self.pending = self._empty()
+
+    def discard(self) -> None:
+        self.pending = self._empty()
+
+
+@dataclass
+class BatchOutcome:
+    records: int = 0
+    rejects: int = 0
+    priorities: int = 0
+    embeddings: int = 0
+    attempts: int = 1
+    results: list[Processed] = field(default_factory=list)
+
+
+class LiveProcessor:
+    """The worker's core: parse, process (with Redis retries), publish, write, in that order."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        store: RedisPageStore,
+        publish: Publish,
+        metrics: Metrics | None = None,
+        *,
+        index: FaissIndex | None = None,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        max_backoff: float = 30.0,
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.deferred = _DeferredStore(store)
+        self.publish = publish
+        self.metrics = metrics or Metrics()
+        self.sleep = sleep
+        self.max_backoff = max_backoff
+        config = PipelineConfig(
+            history=settings.history,
+            neighbours=settings.neighbours,
+            embedding_dim=settings.embedding_dim,
+        )
+        scorer = get_scorer(settings.scorer)
+        self.pipeline = PagePipeline(
+            self.deferred,  # type: ignore[arg-type]
+            index if index is not None else FaissIndex(dim=settings.embedding_dim),
+            scorer,
+            config,
+        )
+        self.metrics.model.info(
+            {"scorer": str(scorer.name), "version": str(getattr(scorer, "version", ""))}
+        )
+        #: Fetch time of the vector each page has in the replica (the version).
+        self.versions: dict[int, float] = {}
+        self._published_fp: dict[int, int] = {}
+        self.redis_ok = True
+        self.batches = 0
+        self.in_batch = False
+
+    @property
+    def index(self) -> FaissIndex:
+        return self.pipeline.index  # type: ignore[return-value]
+
+    # -- the FAISS replica --------------------------------------------------------------------
+
+    def apply_embeddings(self, items: Sequence[tuple[int, float, np.ndarray]]) -> int:
+        """Upsert (page id, version, vector) from the embeddings topic where newer; returns how
+        many were applied. Within ``items`` the later of equal versions wins."""
+        latest: dict[int, tuple[float, np.ndarray]] = {}
+        for pid, ts, vec in items:
+            have = latest.get(pid)
+            if have is None or ts >= have[0]:
+                latest[pid] = (ts, vec)
+        fresh = [
+            (pid, ts, vec)
+            for pid, (ts, vec) in latest.items()
+            if ts > self.versions.get(pid, float("-inf"))
+        ]
+        if not fresh:
+            return 0
+        ids = np.array([f[0] for f in fresh], dtype=np.int64)
+        vecs = np.stack([f[2] for f in fresh]).astype(np.float32)
+        self.index.upsert(ids, vecs)
+        for pid, ts, _ in fresh:
+            self.versions[pid] = ts
+        self.metrics.replica_applied.inc(len(fresh))
+        self.metrics.replica_pages.set(len(self.index))
+        return len(fresh)
+
+    # -- one batch ----------------------------------------------------------------------------
+
+    async def handle(self, records: Sequence[Record]) -> BatchOutcome:
+        started = time.perf_counter()
+        self.in_batch = True
+        try:
+            outcome = await self._handle(records)
+        finally:
+            self.in_batch = False
+        self.metrics.batch_seconds.observe(time.perf_counter() - started)
+        self.metrics.batch_size.observe(len(records))
+        self.batches += 1
+        return outcome
+
+    async def _handle(self, records: Sequence[Record]) -> BatchOutcome:
+        s = self.settings
+        m = self.metrics
+        m.events_in.inc(len(records))
+        outcome = BatchOutcome(records=len(records))
+        fetches: list[Fetch] = []
+        deliveries: list[Awaitable[object]] = []
+        for rec in records:
+            try:
+                fetches.append(
+                    parse_fetch(
+                        rec.value if rec.value is not None else b"",
+                        embedding_dim=s.embedding_dim,
+                        max_outlinks=s.max_outlinks,
+                    )
+                )
+            except EventError as err:
+                outcome.rejects += 1
+                m.rejects.labels(field=err.field).inc()
+                deliveries.append(
+                    await self.publish(
+                        s.topic_dead_letter,
+                        rec.key,
+                        dead_letter_message(
+                            rec.value,
+                            rec.key,
+                            err.field,
+                            err.reason,
+                            rec.topic,
+                            rec.partition,
+                            rec.offset,
+                        ),
+                    )
+                )
+        results, outcome.attempts = await self._process(fetches)
+        outcome.results = results
+        for r in results:
+            if r.priority is not None:
+                deliveries.append(
+                    await self.publish(
+                        s.topic_priorities, r.event.url.encode(), orjson.dumps(r.priority)
+                    )
+                )
+                outcome.priorities += 1
+            elif r.emitted.kind == "stale":
+                m.stale.inc()
+            elif r.emitted.kind == "duplicate":
+                m.duplicates.inc()
+        for payload in self._embeddings(results):
+            deliveries.append(await self.publish(s.topic_embeddings, *payload))
+            outcome.embeddings += 1
+        if deliveries:
+            await asyncio.gather(*deliveries)
+        await self._retry(self.deferred.flush, "write")
+        m.priorities_out.inc(outcome.priorities)
+        m.embeddings_out.inc(outcome.embeddings)
+        m.replica_pages.set(len(self.index))
+        return outcome
+
+    def _embeddings(self, results: list[Processed]) -> list[tuple[bytes, bytes]]:
+        """(key, message) of each page whose indexed vector this batch changed; records the
+        versions of all pages the batch applied."""
+        latest: dict[int, Processed] = {}
+        for r in results:
+            if r.priority is not None and r.page_id in self.index:
+                latest[r.page_id] = r
+        if not latest:
+            return []
+        out = []
+        changed = [
+            r for pid, r in latest.items() if self._published_fp.get(pid) != r.event.source_fp
+        ]
+        if changed:
+            ids = np.array([r.page_id for r in changed], dtype=np.int64)
+            vectors = self.index.reconstruct_many(ids)
+            for r, vec in zip(changed, vectors, strict=True):
+                out.append(
+                    (
+                        str(r.page_id).encode(),
+                        embedding_message(r.page_id, r.event.url, r.event.timestamp, vec),
+                    )
+                )
+                self._published_fp[r.page_id] = r.event.source_fp
+        for pid, r in latest.items():
+            self.versions[pid] = max(self.versions.get(pid, float("-inf")), r.event.timestamp)
+        return out
+
+    async def _process(self, fetches: list[Fetch]) -> tuple[list[Processed], int]:
+        if not fetches:
+            return [], 1
+        attempt = 0
+        delay = 0.1
+        while True:
+            attempt += 1
+            ids = np.unique(np.fromiter((f.page_id for f in fetches), np.int64, len(fetches)))
+            present = np.array([pid in self.index for pid in ids.tolist()], dtype=bool)
+            before = self.index.reconstruct_many(ids[present]) if present.any() else None
+            try:
+                results = self.pipeline.process(fetches)
+                self._set_redis(True)
+                return results, attempt
+            except REDIS_DOWN as exc:
+                self._rollback(ids, present, before)
+                self.deferred.discard()
+                delay = await self._backoff(exc, "process", attempt, delay)
+
+    def _rollback(self, ids: np.ndarray, present: np.ndarray, before: np.ndarray | None) -> None:
+        """Put the replica back as it was before a failed attempt (its pages only)."""
+        added = [pid for pid in ids[~present].tolist() if pid in self.index]
+        if added:
+            self.index.remove(np.array(added, dtype=np.int64))
+        if before is not None:
+            self.index.upsert(ids[present], before)
+
+    async def _retry(self, action: Callable[[], object], what: str) -> None:
+        attempt, delay = 0, 0.1
+        while True:
+            attempt += 1
+            try:
+                action()
+                self._set_redis(True)
+                return
+            except REDIS_DOWN as exc:
+                delay = await self._backoff(exc, what, attempt, delay)
+
+    async def _backoff(self, exc: BaseException, what: str, attempt: int, delay: float) -> float:
+        self._set_redis(False)
+        self.metrics.redis_retries.inc()
+        log.warning(
+            "redis unavailable, retrying batch",
+            extra={"step": what, "attempt": attempt, "delay_s": delay, "error": str(exc)},
+        )
+        await self.sleep(delay)
+        return min(delay * 2, self.max_backoff)
+
+    def _set_redis(self, ok: bool) -> None:
+        if ok != self.redis_ok:
+            log.info("redis %s", "reachable again" if ok else "unreachable")
+        self.redis_ok = ok
+
+    # -- health -------------------------------------------------------------------------------
+
+    def check_redis(self) -> bool:
+        try:
+            return self.store.ping()
+        except Exception:
+            return False

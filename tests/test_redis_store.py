@@ -1,0 +1,115 @@
+"""RedisPageStore against the real Redis (127.0.0.1:6379): round trips, atomic idempotent
+writes, TTL, the learner in the same transaction, and parity with the in-memory store."""
+
+from __future__ import annotations
+
+import uuid
+
+import numpy as np
+import pytest
+
+from online.features import N_STATS
+from online.history import states_equal
+from streams.redis_store import RedisPageStore
+from streams.stores import MemoryPageStore, Neighbours, PageWrites
+from tests.test_pipeline import comparable, crawl, run
+
+redis = pytest.importorskip("redis")
+
+REDIS_URL = "redis://127.0.0.1:6379/0"
+
+
+@pytest.fixture(scope="module")
+def client():
+    c = redis.Redis.from_url(REDIS_URL, socket_connect_timeout=1)
+    try:
+        c.ping()
+    except redis.ConnectionError as exc:  # pragma: no cover - environment
+        pytest.skip(f"no Redis at {REDIS_URL}: {exc}")
+    yield c
+    c.close()
+
+
+@pytest.fixture
+def store(client):
+    prefix = f"test:{uuid.uuid4().hex[:12]}:"
+    s = RedisPageStore(client, prefix=prefix, worker_id="w1")
+    yield s
+    s.delete_all()
+
+
+def test_round_trip_and_unknown(store):
+    events = crawl(pages=10, rounds=2)
+    _, out = run(events, batch=7, store=store)
+    memory_pipeline, _ = run(events, batch=7)
+    mem = memory_pipeline.store
+    urls = sorted(mem.states)
+    got = store.get_states([*urls, "https://nowhere.example/"])
+    assert got[-1] is None
+    for url, state in zip(urls, got, strict=False):
+        assert states_equal(state, mem.states[url])
+    pids = np.array(sorted(mem._stats_row), dtype=np.int64)
+    assert np.array_equal(store.get_stats(pids), mem.get_stats(pids), equal_nan=True)
+    unknown = store.get_stats(np.array([123456789], dtype=np.int64))
+    assert unknown.shape == (1, N_STATS) and np.isnan(unknown).all()
+    for pid in pids.tolist():
+        a, b = store.get_neighbours([pid])[0], mem.get_neighbours([pid])[0]
+        assert (a is None) == (b is None)
+        if a is not None:
+            assert np.array_equal(a.ids, b.ids) and np.array_equal(a.weights, b.weights)
+    assert store.get_rows([987654321]) == [None]
+    assert store.get_learner() is None
+
+
+@pytest.mark.parametrize("batch", [1, 13, 1000])
+def test_parity_with_memory_store(store, batch):
+    events = crawl()
+    _, expected = run(events, batch=batch)
+    _, got = run(events, batch=batch, store=store)
+    assert comparable(got) == comparable(expected)
+
+
+def test_stale_and_redelivered_writes_change_nothing(store):
+    events = crawl(pages=6, rounds=3)
+    pipeline, _ = run(events, batch=5, store=store)
+    urls = sorted({e.url for e in events})
+    before = {k: store.client.get(k) for k in store.keys()}
+    # The first round again: every state in Redis is newer, so the write is skipped whole.
+    old = MemoryPageStore()
+    first_round, _ = run(events[: len(urls)], batch=100, store=old)
+    store.write(
+        PageWrites(
+            states=dict(old.states),
+            stats={pid: old.stats(pid) for pid in old._stats_row},
+            neighbours=dict(old.neighbours),
+        )
+    )
+    assert {k: store.client.get(k) for k in store.keys()} == before
+    assert store.skipped >= len(urls)
+
+
+def test_learner_written_with_pages_and_ttl(client):
+    prefix = f"test:{uuid.uuid4().hex[:12]}:"
+    store = RedisPageStore(client, prefix=prefix, ttl=60, worker_id="w7")
+    try:
+        events = crawl(pages=3, rounds=1)
+        mem = MemoryPageStore()
+        run(events, batch=10, store=mem)
+        learner = {"weights": [1.0, 2.0], "seen": 3}
+        store.write(
+            PageWrites(
+                states=dict(mem.states),
+                stats={pid: mem.stats(pid) for pid in mem._stats_row},
+                neighbours={1: Neighbours(np.array([2]), np.array([1.0], np.float32), 2)},
+                learner=learner,
+            )
+        )
+        assert store.get_learner() == learner
+        assert client.get(f"{prefix}learner:w7") is not None
+        state_key = store.state_key(next(iter(mem.states)))
+        assert 0 < client.ttl(state_key) <= 60
+        assert client.ttl(f"{prefix}learner:w7") == -1  # the learner does not expire
+        other = RedisPageStore(client, prefix=prefix, worker_id="w8")
+        assert other.get_learner() is None
+    finally:
+        store.delete_all()
