@@ -212,6 +212,8 @@ async def _run_replica(settings: Settings, live: LiveProcessor, state: dict) -> 
                         log.warning("bad embeddings message: %s", exc)
             if items:
                 live.apply_embeddings(items)
+            elif live.pending:
+                live.retry_pending()
             if not ready.is_set():
                 idle_polls = 0 if items else idle_polls + 1
                 # Caught up: past the end offsets seen at start (or the topic went quiet).

@@ -216,11 +216,11 @@ def embedding_message(page_id: int, url: str, ts: float, vector: np.ndarray) -> 
     )
 
 
-def parse_embedding(value: bytes) -> tuple[int, float, np.ndarray]:
-    """(page id, version ts, float32 vector) of an embeddings-topic message."""
+def parse_embedding(value: bytes) -> tuple[int, float, np.ndarray, str]:
+    """(page id, version ts, float32 vector, url) of an embeddings-topic message."""
     doc = orjson.loads(value)
     vector = np.frombuffer(base64.b64decode(doc["vector"]), dtype="<f4").astype(np.float32)
-    return int(doc["page_id"]), float(doc["ts"]), vector
+    return int(doc["page_id"]), float(doc["ts"]), vector, str(doc["url"])
 
 
 def dead_letter_message(

