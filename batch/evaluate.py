@@ -44,7 +44,7 @@ from batch.metrics import (
     yield_at_budget,
 )
 from online.features import feature_names
-from online.scoring import Scores, get_scorer
+from online.scoring import LEARNED, Scores, get_scorer
 from streams.rundir import FEATURES_FILE
 
 __all__ = [
@@ -133,14 +133,36 @@ def _feature_matrix(df: pd.DataFrame) -> tuple[np.ndarray, dict[str, int]]:
 def ranking_predictions(
     df: pd.DataFrame, scorers: Sequence[str] = DEFAULT_SCORERS, seed: int = 0
 ) -> dict[str, Prediction]:
-    """Each scorer's predictions recomputed from the feature columns, plus ``random``."""
+    """Each scorer's predictions recomputed from the feature columns, plus ``random``.
+
+    A learned scorer (``online``, ``batch``, ``ensemble``) cannot be recomputed from one row:
+    its predictions are the ones the replay recorded (``score``, ``p_new``, expected counts),
+    made before each label was known (progressive validation).
+    """
     X, columns = _feature_matrix(df)
-    out = {
-        name: Prediction.from_scores(get_scorer(name).score_matrix(X, columns)) for name in scorers
-    }
+    out = {}
+    for name in scorers:
+        if name in LEARNED:
+            out[name] = recorded_prediction(df)
+        else:
+            out[name] = Prediction.from_scores(get_scorer(name).score_matrix(X, columns))
     u = np.random.default_rng(seed).random(len(df))
     out["random"] = Prediction(u, u, None, None)
     return out
+
+
+def recorded_prediction(df: pd.DataFrame) -> Prediction:
+    """The predictions the replay itself made (its scorer's), as recorded per row."""
+
+    def col(name: str) -> np.ndarray | None:
+        return df[name].to_numpy(np.float64) if name in df.columns else None
+
+    return Prediction(
+        df["score"].to_numpy(np.float64),
+        col("p_new"),
+        col("expected_new_internal"),
+        col("expected_new_external"),
+    )
 
 
 def ranking_scores(

@@ -387,6 +387,10 @@ class ScorerRef(BaseModel):
 
     name: str
     version: str
+    models: dict[str, str] = Field(
+        default_factory=dict,
+        description="Versions of the learned models behind the score (online, batch).",
+    )
 
 
 class PriorityUpdate(BaseModel):
@@ -406,6 +410,23 @@ class PriorityUpdate(BaseModel):
         description="Expected new external outlinks at the next fetch; null as above."
     )
     p_new: float = Field(ge=0.0, le=1.0, description="P(>= 1 new outlink at the next fetch).")
+    rate_per_day: float | None = Field(
+        None,
+        ge=0.0,
+        description="Expected new outlinks per day since this fetch: the expected count at a "
+        "later time t is rate_per_day x (t - fetched_at) in days, so pages fetched at "
+        "different times compare fairly.",
+    )
+    next_fetch_at: datetime | None = Field(
+        None,
+        description="Suggested time of the next fetch: when the expected number of new "
+        "outlinks reaches the deployment's target (default 1), capped to a maximum interval.",
+    )
+    reasons: list[str] = Field(
+        default_factory=list,
+        description="What drove the score, strongest first: own_history, related_pages, "
+        "model, exploration.",
+    )
     scorer: ScorerRef
     crawl: int | None = None
     status: int = 200

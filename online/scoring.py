@@ -50,6 +50,9 @@ class Scores:
     expected_new_internal: np.ndarray | None
     expected_new_external: np.ndarray | None
     p_new: np.ndarray
+    rate_per_day: np.ndarray | None = None
+    reasons: list[list[str]] | None = None
+    models: dict[str, str] | None = None
 
     def row(self, i: int) -> Score:
         def opt(a: np.ndarray | None) -> float | None:
@@ -177,15 +180,32 @@ class LBLAScorer(_MatrixScorer):
     version = "1"
 
     def score_matrix(self, X: np.ndarray, columns: Mapping[str, int]) -> Scores:
-        horizon = _col(X, columns, "dp_interval_days_mean", self.default_interval_days)
-        internal, p_internal = self._side(X, columns, "internal", horizon)
-        external, p_external = self._side(X, columns, "external", horizon)
-        p_new = 1.0 - (1.0 - p_internal) * (1.0 - p_external)
-        return Scores(internal + external, internal, external, p_new)
+        c = self.components(X, columns)
+        p_new = 1.0 - (1.0 - c["p_internal"]) * (1.0 - c["p_external"])
+        total = c["internal"] + c["external"]
+        return Scores(total, c["internal"], c["external"], p_new)
+
+    def components(
+        self, X: np.ndarray, columns: Mapping[str, int], horizon_days: float | None = None
+    ) -> dict[str, np.ndarray]:
+        """Per side: expected count over the horizon (default: the page's usual interval) and
+        P(>= 1); ``own_share``: the weight of the page's own history against its related
+        pages' prior (0 for a newcomer, towards 1 for a long history)."""
+        if horizon_days is None:
+            horizon = _col(X, columns, "dp_interval_days_mean", self.default_interval_days)
+        else:
+            horizon = np.full(len(X), horizon_days)
+        out: dict[str, np.ndarray] = {}
+        days = np.zeros(len(X))
+        for side in ("internal", "external"):
+            out[side], out[f"p_{side}"], side_days = self._side(X, columns, side, horizon)
+            days = np.maximum(days, side_days)
+        out["own_share"] = days / (days + self.prior_days)
+        return out
 
     def _side(
         self, X: np.ndarray, columns: Mapping[str, int], side: str, horizon: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray]:
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         fallback = (
             self.fallback_rate_internal if side == "internal" else self.fallback_rate_external
         )
@@ -208,7 +228,7 @@ class LBLAScorer(_MatrixScorer):
             lag += 1
         rate = (links + self.prior_days * prior_rate) / (days + self.prior_days)
         p = (changed + self.prior_intervals * prior_p) / (weights + self.prior_intervals)
-        return rate * horizon, p
+        return rate * horizon, p, days
 
 
 SCORERS: dict[str, Callable[[], Scorer]] = {
@@ -217,12 +237,23 @@ SCORERS: dict[str, Callable[[], Scorer]] = {
     "nnl-av": NNLAverageScorer,
     "ccr": CCRScorer,
 }
+#: Learned scorers (online/learned.py): they take options (model source, history ...).
+LEARNED = ("online", "batch", "ensemble")
+SCORER_NAMES = (*SCORERS, *LEARNED)
 DEFAULT_SCORER = "lbla"
 
 
-def get_scorer(name: str) -> Scorer:
-    """The scorer registered under ``name``; ValueError lists the known names."""
+def get_scorer(name: str, **options: object) -> Scorer:
+    """The scorer registered under ``name``; ValueError lists the known names.
+
+    ``options`` go to the learned scorers (``model_source``, ``history``, ``exploration`` ...);
+    the formula scorers take none and ignore them.
+    """
+    if name in LEARNED:
+        from online.learned import LEARNED_SCORERS
+
+        return LEARNED_SCORERS[name](**options)  # type: ignore[arg-type,return-value]
     try:
         return SCORERS[name]()
     except KeyError:
-        raise ValueError(f"unknown scorer {name!r}; choose one of {sorted(SCORERS)}") from None
+        raise ValueError(f"unknown scorer {name!r}; choose one of {list(SCORER_NAMES)}") from None

@@ -11,7 +11,7 @@ from rich.table import Table
 
 from online.events import DEFAULT_EMBEDDING_DIM, DEFAULT_MAX_OUTLINKS
 from online.history import DEFAULT_HISTORY
-from online.scoring import DEFAULT_SCORER, SCORERS
+from online.scoring import DEFAULT_SCORER, SCORER_NAMES
 from streams.rundir import FEATURES_FILE
 
 DEFAULT_EVAL_SCORERS = ("lbla", "nnl-pr", "nnl-av", "ccr")
@@ -25,8 +25,8 @@ console = Console(stderr=True)
 
 
 def _check_scorer(name: str) -> str:
-    if name not in SCORERS:
-        raise typer.BadParameter(f"unknown scorer {name!r}; choose one of {sorted(SCORERS)}")
+    if name not in SCORER_NAMES:
+        raise typer.BadParameter(f"unknown scorer {name!r}; choose one of {list(SCORER_NAMES)}")
     return name
 
 
@@ -63,8 +63,12 @@ def replay(
         "runs/replay"
     ),
     scorer: Annotated[
-        str, typer.Option(callback=_check_scorer, help=f"One of {', '.join(SCORERS)}.")
+        str, typer.Option(callback=_check_scorer, help=f"One of {', '.join(SCORER_NAMES)}.")
     ] = DEFAULT_SCORER,
+    registry: Annotated[
+        Path | None,
+        typer.Option(help="Model registry for the batch / ensemble scorers (latest model)."),
+    ] = None,
     batch_size: Annotated[int, typer.Option(min=1)] = 1000,
     history: Annotated[int, typer.Option(min=0, help="Intervals kept per page.")] = (
         DEFAULT_HISTORY
@@ -87,6 +91,7 @@ def replay(
         batch_size=batch_size,
         max_outlinks=max_outlinks,
         progress=not quiet,
+        registry_dir=registry,
     )
     _print_summary(summary, out)
 
@@ -180,6 +185,22 @@ def _print_summary(summary, out: Path) -> None:  # type: ignore[no-untyped-def]
         f"output: {out}/ (priorities.jsonl.gz, features.parquet, rejects.jsonl, summary.json)"
     )
 
+
+def _register_command_groups() -> None:
+    """Commands kept in their own modules (live pipeline, models), added to the one app."""
+    import importlib
+
+    for module in ("streams.cli_live", "batch.cli_models"):
+        try:
+            mod = importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            if exc.name != module:
+                raise
+            continue
+        mod.register(app)
+
+
+_register_command_groups()
 
 if __name__ == "__main__":
     app()

@@ -15,8 +15,8 @@ crawl, found among few others, get real neighbours later); never on every event.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from datetime import datetime
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 
 import numpy as np
 
@@ -31,7 +31,9 @@ from online.features import (
 )
 from online.history import DEFAULT_HISTORY, Emitted, PageState, update, with_embedding
 from online.index import VectorIndex, neighbour_weights
+from online.learners import Label
 from online.links import link_info
+from online.priority import DEFAULT_HORIZON_DAYS, next_fetch_days
 from online.scoring import Scorer, Scores
 from streams.stores import Neighbours, PageStore, PageWrites
 
@@ -48,6 +50,10 @@ class PipelineConfig:
     neighbours: int = 30
     embedding_dim: int = DEFAULT_EMBEDDING_DIM
     recompute_growth: float = 2.0
+    #: bounds of the suggested next fetch: `online.priority.next_fetch_days` options
+    revisit: dict = field(
+        default_factory=lambda: {"target_new_links": 1.0, "min_days": 0.25, "max_days": 30.0}
+    )
 
 
 @dataclass(slots=True)
@@ -115,6 +121,11 @@ class PagePipeline:
         self.feature_names = feature_names(self.config.history)
         self._columns = {name: j for j, name in enumerate(self.feature_names)}
         self._stats_columns = stats_columns(self.config.history)
+        self.learns = bool(getattr(scorer, "learns", False))
+        if self.learns:
+            saved = store.get_learner()
+            if saved is not None:
+                scorer.restore(saved)  # type: ignore[attr-defined]
 
     # -- public ------------------------------------------------------------------------------
 
@@ -161,6 +172,16 @@ class PagePipeline:
         base_stats = self.store.get_stats(wanted)
         row_of = dict(zip(batch_ids.tolist(), where[: len(batch_ids)].tolist(), strict=True))
 
+        # Rows of each page's previous fetch, for learning when their labels arrive now.
+        stored_rows: dict[int, np.ndarray | None] = {}
+        if self.learns:
+            pids = list(page_ids.values())
+            stored_rows = dict(zip(pids, self.store.get_rows(pids), strict=True))
+        # Where each applied event's previous row is: ("store", row) or ("batch", position).
+        previous_at: list[tuple[str, object] | None] = []
+        labels: list[Label | None] = []
+        last_position: dict[int, int] = {}
+
         # Pass 2: history updates and own features, in order.
         results: list[Processed] = []
         applied: list[Processed] = []
@@ -185,6 +206,20 @@ class PagePipeline:
             states[event.url] = new_state
             writes.states[event.url] = new_state
             r = Processed(event, p.page_id, emitted, names=self.feature_names)
+            if self.learns:
+                at = last_position.get(p.page_id)
+                if at is not None:
+                    previous_at.append(("batch", at))
+                else:
+                    stored = stored_rows.get(p.page_id)
+                    previous_at.append(None if stored is None else ("store", stored))
+                interval = emitted.interval
+                labels.append(
+                    None
+                    if interval is None
+                    else Label(interval.new_internal, interval.new_external, interval.days)
+                )
+                last_position[p.page_id] = len(applied)
             results.append(r)
             applied.append(r)
 
@@ -193,11 +228,26 @@ class PagePipeline:
             own_stats = own[:, self._stats_columns].astype(np.float32)
             related = self._related(applied, nbr_of, wanted, row_of, base_stats, own_stats)
             matrix = np.concatenate([own, related], axis=1)
-            scores = self.scorer.score_matrix(matrix, self._columns)
+            if self.learns:
+                rows32 = matrix.astype(np.float32)
+                previous = [
+                    None
+                    if where is None
+                    else (where[1] if where[0] == "store" else rows32[where[1]])  # type: ignore[index]
+                    for where in previous_at
+                ]
+                scores = self.scorer.score_and_learn(  # type: ignore[attr-defined]
+                    matrix, self._columns, previous, labels
+                )
+                for a, r in enumerate(applied):
+                    writes.rows[r.page_id] = rows32[a]
+                writes.learner = self.scorer.state()  # type: ignore[attr-defined]
+            else:
+                scores = self.scorer.score_matrix(matrix, self._columns)
             stamp = _iso(self.clock())
             for a, (r, score) in enumerate(zip(applied, _score_rows(scores), strict=True)):
                 r.row = matrix[a]
-                r.priority = self._priority(r.event, score, stamp)
+                r.priority = self._priority(r.event, score, stamp, scores, a)
                 writes.stats[r.page_id] = own_stats[a]
         self.store.write(writes)
         self.counters.applied += len(applied)
@@ -438,7 +488,17 @@ class PagePipeline:
                 return i
         return None
 
-    def _priority(self, event: Fetch, score: tuple, scored_at: str) -> dict:
+    def _priority(
+        self, event: Fetch, score: tuple, scored_at: str, scores: Scores, a: int
+    ) -> dict:
+        rate = score[4]
+        if rate is None and score[1] is not None and score[2] is not None:
+            rate = round((score[1] + score[2]) / DEFAULT_HORIZON_DAYS, 6)
+        next_fetch = None
+        if rate is not None:
+            days = float(next_fetch_days(np.array([rate]), **self.config.revisit)[0])
+            next_fetch = _iso(event.fetched_at + timedelta(days=days))
+        reasons = scores.reasons[a] if scores.reasons is not None else ["own_history"]
         return {
             "url": event.url,
             "fetched_at": _iso(event.fetched_at),
@@ -447,7 +507,14 @@ class PagePipeline:
             "expected_new_internal": score[1],
             "expected_new_external": score[2],
             "p_new": score[3],
-            "scorer": {"name": self.scorer.name, "version": self.scorer.version},
+            "rate_per_day": rate,
+            "next_fetch_at": next_fetch,
+            "reasons": reasons,
+            "scorer": {
+                "name": self.scorer.name,
+                "version": self.scorer.version,
+                "models": dict(scores.models or {}),
+            },
             "crawl": event.crawl,
             "status": event.status,
         }
@@ -466,6 +533,7 @@ def _score_rows(scores: Scores) -> list[tuple]:
             column(scores.expected_new_internal),
             column(scores.expected_new_external),
             column(scores.p_new),
+            column(scores.rate_per_day),
             strict=True,
         )
     )

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
@@ -58,13 +58,30 @@ def stats_from_bytes(data: bytes) -> np.ndarray:
     return row.astype(np.float32)
 
 
+def row_to_bytes(row: np.ndarray) -> bytes:
+    return row.astype("<f4").tobytes()
+
+
+def row_from_bytes(data: bytes) -> np.ndarray:
+    return np.frombuffer(data, dtype="<f4").astype(np.float32)
+
+
 @dataclass
 class PageWrites:
-    """Everything one batch changed, written in one go (one Redis pipeline)."""
+    """Everything one batch changed, written in one go (one Redis transaction).
+
+    ``rows`` are the feature rows of each page's latest fetch, kept until the page's next fetch
+    brings their label (the online learners learn from them then). ``learner`` is the online
+    learner after the batch, or None when it did not change; a store that persists it must do
+    so in the same transaction as the page records, so that after a crash the learner has seen
+    exactly the events whose page states were written.
+    """
 
     states: dict[str, PageState]
     stats: dict[int, np.ndarray]
     neighbours: dict[int, Neighbours]
+    rows: dict[int, np.ndarray] = field(default_factory=dict)
+    learner: object | None = None
 
 
 class PageStore(Protocol):
@@ -76,6 +93,14 @@ class PageStore(Protocol):
         """(n, N_STATS) float32 rows in ``page_ids`` order, NaN rows for unknown pages."""
         ...
 
+    def get_rows(self, page_ids: Sequence[int]) -> list[np.ndarray | None]:
+        """Feature rows (float32) of each page's latest fetch, None where none is kept."""
+        ...
+
+    def get_learner(self) -> object | None:
+        """The online learner as last written, or None."""
+        ...
+
     def write(self, writes: PageWrites) -> None: ...
 
 
@@ -85,6 +110,8 @@ class MemoryPageStore:
     def __init__(self) -> None:
         self.states: dict[str, PageState] = {}
         self.neighbours: dict[int, Neighbours] = {}
+        self.rows: dict[int, np.ndarray] = {}
+        self.learner: object | None = None
         self._stats_row: dict[int, int] = {}
         self._stats = np.full((1024, N_STATS), np.nan, dtype=np.float32)
 
@@ -101,6 +128,12 @@ class MemoryPageStore:
         out[rows < 0] = np.nan
         return out
 
+    def get_rows(self, page_ids: Sequence[int]) -> list[np.ndarray | None]:
+        return [self.rows.get(pid) for pid in page_ids]
+
+    def get_learner(self) -> object | None:
+        return self.learner
+
     def stats(self, page_id: int) -> np.ndarray | None:
         row = self._stats_row.get(page_id)
         return None if row is None else self._stats[row].copy()
@@ -108,6 +141,9 @@ class MemoryPageStore:
     def write(self, writes: PageWrites) -> None:
         self.states.update(writes.states)
         self.neighbours.update(writes.neighbours)
+        self.rows.update(writes.rows)
+        if writes.learner is not None:
+            self.learner = writes.learner
         for pid, values in writes.stats.items():
             row = self._stats_row.get(pid)
             if row is None:

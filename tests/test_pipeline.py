@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 from collections.abc import Sequence
 from datetime import timedelta
 
@@ -18,6 +19,8 @@ from streams.stores import (
     MemoryPageStore,
     Neighbours,
     PageWrites,
+    row_from_bytes,
+    row_to_bytes,
     stats_from_bytes,
     stats_to_bytes,
 )
@@ -31,6 +34,13 @@ class BytesPageStore:
 
     def __init__(self) -> None:
         self.data: dict[str, bytes] = {}
+
+    def get_rows(self, page_ids: Sequence[int]) -> list[np.ndarray | None]:
+        return [row_from_bytes(b) if (b := self.data.get(f"r{p}")) else None for p in page_ids]
+
+    def get_learner(self) -> object | None:
+        blob = self.data.get("learner")
+        return None if blob is None else pickle.loads(blob)
 
     def get_states(self, urls: Sequence[str]) -> list[PageState | None]:
         return [from_bytes(b) if (b := self.data.get("s" + u)) else None for u in urls]
@@ -54,6 +64,10 @@ class BytesPageStore:
             self.data[f"t{pid}"] = stats_to_bytes(row)
         for pid, nb in writes.neighbours.items():
             self.data[f"n{pid}"] = nb.to_bytes()
+        for pid, row in writes.rows.items():
+            self.data[f"r{pid}"] = row_to_bytes(row)
+        if writes.learner is not None:
+            self.data["learner"] = pickle.dumps(writes.learner)
 
 
 def unit(v: np.ndarray) -> list[float]:
@@ -90,11 +104,17 @@ def crawl(pages: int = 60, rounds: int = 5, seed: int = 1) -> list[FetchedPage]:
     return events
 
 
+def make_scorer(name: str):
+    if name in ("online", "ensemble"):  # learn early and often, so learning shows in a test
+        return get_scorer(name, warmup=40, learn_every=8)
+    return get_scorer(name)
+
+
 def run(events, batch: int, store=None, scorer: str = "lbla", exact_below: int = 10_000):
     pipeline = PagePipeline(
         store if store is not None else MemoryPageStore(),
         FaissIndex(dim=DIM, exact_below=exact_below),
-        get_scorer(scorer),
+        make_scorer(scorer),
         PipelineConfig(embedding_dim=DIM, neighbours=5),
     )
     out = []
@@ -118,11 +138,43 @@ def events() -> list[FetchedPage]:
     return crawl()
 
 
-def test_output_does_not_depend_on_batching(events) -> None:
-    _, one = run(events, 1)
+@pytest.mark.parametrize("scorer", ["lbla", "online"])
+def test_output_does_not_depend_on_batching(events, scorer) -> None:
+    _, one = run(events, 1, scorer=scorer)
     for size in (7, 64, 10_000):
-        _, other = run(events, size)
+        _, other = run(events, size, scorer=scorer)
         assert comparable(other) == comparable(one), f"batch size {size} differs"
+
+
+def test_online_scorer_learns_from_labels_as_they_arrive(events) -> None:
+    pipeline, results = run(events, 50, scorer="online")
+    labelled = sum(1 for r in results if r.emitted.interval is not None)
+    learner = pipeline.scorer.state().learner
+    assert learner.n_learned == labelled - labelled % 8 and learner.n_learned > 100
+    last = results[-1].priority
+    assert last["scorer"]["models"]["online"] == "river-linear-1"
+    assert "model" in last["reasons"]
+    # busy pages (even) gain links every round, calm ones never: the learner has seen it
+    final = {r.event.url: r.priority for r in results if r.priority}
+    busy = np.mean([p["p_new"] for u, p in final.items() if int(u.rsplit("p", 1)[1]) % 2 == 0])
+    calm = np.mean([p["p_new"] for u, p in final.items() if int(u.rsplit("p", 1)[1]) % 2 == 1])
+    assert busy - calm > 0.2, (busy, calm)
+
+
+def test_restart_from_the_store_continues_the_online_learner(events) -> None:
+    _, straight = run(events, 25, scorer="online")
+    store, index, cut = BytesPageStore(), FaissIndex(dim=DIM), 150
+    config = PipelineConfig(embedding_dim=DIM, neighbours=5)
+    first = PagePipeline(store, index, make_scorer("online"), config)
+    for i in range(0, cut, 25):
+        first.process(events[i : i + 25])
+    # a new pipeline with a fresh scorer: the learner comes back from the store
+    second = PagePipeline(store, index, make_scorer("online"), config)
+    assert second.scorer.state().learner.n_learned == first.scorer.state().learner.n_learned
+    resumed = []
+    for i in range(cut, len(events), 25):
+        resumed.extend(second.process(events[i : i + 25]))
+    assert comparable(resumed) == comparable(straight[cut:])
 
 
 def test_index_switch_to_approximate_does_not_depend_on_batching(events) -> None:
@@ -131,9 +183,10 @@ def test_index_switch_to_approximate_does_not_depend_on_batching(events) -> None
     assert comparable(other) == comparable(one)
 
 
-def test_serialising_store_gives_the_same_scores(events) -> None:
-    mem_pipe, mem = run(events, 32)
-    byte_pipe, byts = run(events, 32, store=BytesPageStore())
+@pytest.mark.parametrize("scorer", ["lbla", "online"])
+def test_serialising_store_gives_the_same_scores(events, scorer) -> None:
+    mem_pipe, mem = run(events, 32, scorer=scorer)
+    byte_pipe, byts = run(events, 32, store=BytesPageStore(), scorer=scorer)
     assert comparable(byts) == comparable(mem)
     for url, state in mem_pipe.store.states.items():
         assert states_equal(byte_pipe.store.get_states([url])[0], state)

@@ -1,0 +1,46 @@
+"""Build the scorer a run asks for, wiring learned scorers to the model registry.
+
+The core's scorers do no file I/O; here the batch model source is attached: a fixed artifact
+for a replay (the same model from the first event to the last, so a replay is reproducible)
+or the registry's watcher for a live worker (a refreshed model is picked up without a
+restart; a refused one leaves the previous in use).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from online.features import feature_names
+from online.scoring import LEARNED, Scorer, get_scorer
+
+BATCH_MODEL = "link"
+
+
+def build_scorer(
+    name: str,
+    *,
+    history: int,
+    registry_dir: Path | None = None,
+    live: bool = False,
+    poll_seconds: float = 30.0,
+) -> Scorer:
+    """The scorer ``name``; ``batch`` / ``ensemble`` read models from ``registry_dir``."""
+    if name not in LEARNED:
+        return get_scorer(name)
+    options: dict[str, object] = {"history": history}
+    if name in ("batch", "ensemble") and registry_dir is not None:
+        from batch.registry import ModelRegistry, ModelWatcher
+
+        registry = ModelRegistry(Path(registry_dir))
+        watcher = ModelWatcher(
+            registry,
+            BATCH_MODEL,
+            available_features=set(feature_names(history)),
+            poll_seconds=poll_seconds if live else float("inf"),
+        )
+        if live:
+            options["model_source"] = watcher.current
+        else:
+            artifact = watcher.current()
+            options["model_source"] = lambda: artifact
+    return get_scorer(name, **options)
