@@ -156,13 +156,13 @@ class LinkLearner:
             rows = [{k: v for k, v in r.items() if v == v} for r in X.to_dict("records")]
             return pd.DataFrame([self.predict_one(r) for r in rows], index=X.index)
         Xs = self._prepare_many(X)
+        values, cols = Xs.to_numpy(np.float64), list(Xs.columns)
         out = {}
         for side in SIDES:
-            # The raw linear score, clipped before exp exactly as in predict_one.
-            raw = models[f"nnl_{side}"]._raw_dot_many(Xs.to_numpy(), Xs.columns)
-            out[side] = np.exp(np.clip(np.asarray(raw, np.float64), -30.0, _MAX_LOG))
-            p = models[f"nl_{side}"].predict_proba_many(Xs)
-            p_true = p[True].to_numpy(np.float64) if True in p else np.zeros(len(X))
+            raw = _dot_many(models[f"nnl_{side}"], values, cols)
+            out[side] = np.exp(np.clip(raw, -30.0, _MAX_LOG))
+            p_true = 1.0 / (1.0 + np.exp(-np.clip(_dot_many(models[f"nl_{side}"], values, cols),
+                                                   -500.0, 500.0)))  # fmt: skip
             out[f"p_{side}"] = p_true
             out[f"lcr_{side}"] = p_true
         return pd.DataFrame(out, index=X.index)[list(self.output_names)]
@@ -242,6 +242,14 @@ class LinkLearner:
         values = X.to_numpy(np.float64)
         squashed = np.sign(values) * np.log1p(np.abs(values))
         return pd.DataFrame(np.nan_to_num(squashed, nan=0.0), columns=X.columns, index=X.index)
+
+
+def _dot_many(model: Any, values: np.ndarray, cols: list[str]) -> np.ndarray:
+    """A linear model's raw scores, row by row: an elementwise product summed along each row
+    gives the same bits for a row whatever the other rows (a matrix product does not, as BLAS
+    picks kernels by shape), so a stream's cuts cannot change a score."""
+    weights = np.array([model._weights.get(c, 0.0) for c in cols], dtype=np.float64)
+    return (values * weights).sum(axis=1) + float(model.intercept)
 
 
 @dataclass
