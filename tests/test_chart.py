@@ -228,7 +228,6 @@ def test_values_schema_accepts_the_default_and_ci_values(
 
 BAD_VALUES = {
     "sasl without a secret": {"kafka": {"securityProtocol": "SASL_SSL"}},
-    "ssl without a CA secret": {"kafka": {"securityProtocol": "SSL"}},
     "a plain-text redis password": {"redis": {"password": "hunter2"}},
     "a plain-text kafka password": {"kafka": {"sasl": {"password": "hunter2"}}},
     "unknown protocol": {"kafka": {"securityProtocol": "TLS"}},
@@ -270,6 +269,21 @@ def test_values_schema_accepts_sasl_with_a_secret(
         "trainer": {"schedule": "@daily"},
     }
     jsonschema.validate(merged_values(helmrender, write_values(tmp_path, good)), values_schema)
+
+
+def test_ssl_without_a_ca_secret_uses_the_system_cas(
+    helmrender: Path, values_schema: dict[str, Any], tmp_path: Path
+) -> None:
+    """A broker with a publicly trusted certificate needs no CA Secret: nothing is mounted."""
+    values = write_values(
+        tmp_path,
+        {"kafka": {"securityProtocol": "SASL_SSL", "sasl": {"existingSecret": "creds"}}},
+    )
+    jsonschema.validate(merged_values(helmrender, values), values_schema)
+    docs = render(helmrender, values)
+    assert "LOOKAROUND_KAFKA_SSL_CAFILE" not in one(docs, "ConfigMap")["data"]
+    for spec in pod_specs(docs).values():
+        assert "kafka-tls" not in {v["name"] for v in spec["volumes"]}
 
 
 def test_values_files_merge_like_helm(helmrender: Path, tmp_path: Path) -> None:
