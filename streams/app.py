@@ -1,9 +1,10 @@
 """The Faust app of a live worker, built from one `Settings` by `create_app`.
 
 * agent ``fetched-pages`` over the fetched-page topic (the consumer group ``settings.app_id``):
-  micro-batches from ``stream.take_events(batch_size, within=batch_within_seconds)`` go to
-  `streams.live.LiveProcessor`; the records are acked (and so committed) only after the batch
-  is fully processed, published and written to Redis;
+  micro-batches (``batch_size`` events or what came within ``batch_within_seconds``, the
+  contract of ``stream.take``; cut here with manual acks so parsing, in a parser process, can
+  overlap the pipeline) go to `streams.live.LiveProcessor`; the records are acked (and so
+  committed) only after their batch is fully processed, published and written to Redis;
 * task ``embeddings-replica``: an aiokafka consumer with no group that reads every partition of
   the embeddings topic from the beginning and keeps this worker's FAISS replica current; the
   agent starts only once the replica has caught up with the topic's end at start-up;
@@ -18,8 +19,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import multiprocessing as mp
 import os
 import tempfile
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +30,7 @@ import faust
 from prometheus_client import generate_latest
 
 from streams.kafka_io import aiokafka_options, parse_embedding, ssl_context
-from streams.live import LiveProcessor, Metrics, Record
+from streams.live import LiveProcessor, Metrics, Record, parse_values
 from streams.redis_store import RedisPageStore, redis_client
 from streams.settings import Settings
 
@@ -106,29 +109,7 @@ def create_app(settings: Settings, *, store: RedisPageStore | None = None) -> fa
         await state["replica_ready"].wait()
         state["running"] = True
         log.info("processing %s", settings.topic_fetched)
-        async for events in stream.take_events(
-            settings.batch_size, within=settings.batch_within_seconds
-        ):
-            records = [
-                Record(
-                    e.message.topic,
-                    e.message.partition,
-                    e.message.offset,
-                    e.message.key,
-                    e.message.value,
-                    e.message.timestamp,
-                )
-                for e in events
-            ]
-            try:
-                await live.handle(records)
-            except asyncio.CancelledError:
-                # Stopped mid-batch (Redis down, say): leaving now would let Faust ack and
-                # commit these records unprocessed. Exit hard instead; they are redelivered.
-                log.error("stopped in the middle of a batch; exiting without commit")
-                logging.shutdown()
-                os._exit(3)
-            _update_lag(app, live, records)
+        await _consume(app, stream.noack(), settings, live)
 
     @app.task
     async def embeddings_replica() -> None:
@@ -155,6 +136,77 @@ def create_app(settings: Settings, *, store: RedisPageStore | None = None) -> fa
         )
 
     return app
+
+
+async def _consume(
+    app: faust.App, stream: faust.StreamT, settings: Settings, live: LiveProcessor
+) -> None:
+    """Micro-batches with manual acks, in three overlapping stages: this coroutine feeds the
+    stream's events to a queue; the batcher cuts batches (``batch_size`` events, or what came
+    within ``batch_within_seconds``) and parses them in a parser process; the processor runs
+    each parsed batch through `LiveProcessor.handle` and only then acks its events, in order.
+    So parsing batch n+1 overlaps processing batch n, and no offset is committed past an event
+    that was not fully processed (a stop or crash mid-batch leaves its events uncommitted)."""
+    loop = asyncio.get_running_loop()
+    events_q: asyncio.Queue = asyncio.Queue(maxsize=4 * settings.batch_size)
+    batches_q: asyncio.Queue = asyncio.Queue(maxsize=1)
+    pool = (
+        ProcessPoolExecutor(settings.parse_processes, mp_context=mp.get_context("spawn"))
+        if settings.parse_processes > 0
+        else None
+    )
+
+    async def batcher() -> None:
+        while True:
+            events = [await events_q.get()]
+            deadline = loop.time() + settings.batch_within_seconds
+            while len(events) < settings.batch_size:
+                while not events_q.empty() and len(events) < settings.batch_size:
+                    events.append(events_q.get_nowait())
+                if len(events) >= settings.batch_size or loop.time() >= deadline:
+                    break
+                await asyncio.sleep(min(0.005, max(deadline - loop.time(), 0)))
+            parsed = None
+            if pool is not None:
+                values = [e.message.value for e in events]
+                parsed = await loop.run_in_executor(
+                    pool, parse_values, values, settings.embedding_dim, settings.max_outlinks
+                )
+            await batches_q.put((events, parsed))
+
+    async def processor() -> None:
+        while True:
+            events, parsed = await batches_q.get()
+            records = [
+                Record(
+                    e.message.topic,
+                    e.message.partition,
+                    e.message.offset,
+                    e.message.key,
+                    e.message.value,
+                    e.message.timestamp,
+                )
+                for e in events
+            ]
+            await live.handle(records, parsed)
+            for e in events:
+                await stream.ack(e)
+            _update_lag(app, live, records)
+
+    tasks = [asyncio.create_task(batcher()), asyncio.create_task(processor())]
+    try:
+        async for event in stream.events():
+            for t in tasks:
+                if t.done():
+                    t.result()  # re-raise what stopped a stage
+                    raise RuntimeError("a worker stage stopped")
+            await events_q.put(event)
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
 
 
 def _update_lag(app: faust.App, live: LiveProcessor, records: list[Record]) -> None:

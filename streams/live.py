@@ -54,6 +54,26 @@ REDIS_DOWN = (RedisConnectionError, RedisTimeoutError, ConnectionError, TimeoutE
 Publish = Callable[[str, bytes | None, bytes], Awaitable[Awaitable[object]]]
 
 
+def parse_values(
+    values: Sequence[bytes | None], embedding_dim: int, max_outlinks: int
+) -> list[Fetch | tuple[str, str]]:
+    """Each value parsed: its `Fetch`, or (field, reason) when rejected. Picklable, so a
+    worker can run it in a parser process while its main process runs the pipeline."""
+    out: list[Fetch | tuple[str, str]] = []
+    for value in values:
+        try:
+            out.append(
+                parse_fetch(
+                    value if value is not None else b"",
+                    embedding_dim=embedding_dim,
+                    max_outlinks=max_outlinks,
+                )
+            )
+        except EventError as err:
+            out.append((err.field, err.reason))
+    return out
+
+
 @dataclass(frozen=True, slots=True)
 class Record:
     topic: str
@@ -281,11 +301,16 @@ class LiveProcessor:
 
     # -- one batch ----------------------------------------------------------------------------
 
-    async def handle(self, records: Sequence[Record]) -> BatchOutcome:
+    async def handle(
+        self,
+        records: Sequence[Record],
+        parsed: Sequence[Fetch | tuple[str, str]] | None = None,
+    ) -> BatchOutcome:
+        """Process one batch; ``parsed`` is `parse_values` of the records when already done."""
         started = time.perf_counter()
         self.in_batch = True
         try:
-            outcome = await self._handle(records)
+            outcome = await self._handle(records, parsed)
         finally:
             self.in_batch = False
         self.metrics.batch_seconds.observe(time.perf_counter() - started)
@@ -293,40 +318,39 @@ class LiveProcessor:
         self.batches += 1
         return outcome
 
-    async def _handle(self, records: Sequence[Record]) -> BatchOutcome:
+    async def _handle(
+        self, records: Sequence[Record], parsed: Sequence[Fetch | tuple[str, str]] | None
+    ) -> BatchOutcome:
         s = self.settings
         m = self.metrics
         m.events_in.inc(len(records))
         outcome = BatchOutcome(records=len(records))
+        if parsed is None:
+            parsed = parse_values([r.value for r in records], s.embedding_dim, s.max_outlinks)
         fetches: list[Fetch] = []
         deliveries: list[Awaitable[object]] = []
-        for rec in records:
-            try:
-                fetches.append(
-                    parse_fetch(
-                        rec.value if rec.value is not None else b"",
-                        embedding_dim=s.embedding_dim,
-                        max_outlinks=s.max_outlinks,
-                    )
-                )
-            except EventError as err:
-                outcome.rejects += 1
-                m.rejects.labels(field=err.field).inc()
-                deliveries.append(
-                    await self.publish(
-                        s.topic_dead_letter,
+        for rec, item in zip(records, parsed, strict=True):
+            if isinstance(item, Fetch):
+                fetches.append(item)
+                continue
+            field_name, reason = item
+            outcome.rejects += 1
+            m.rejects.labels(field=field_name).inc()
+            deliveries.append(
+                await self.publish(
+                    s.topic_dead_letter,
+                    rec.key,
+                    dead_letter_message(
+                        rec.value,
                         rec.key,
-                        dead_letter_message(
-                            rec.value,
-                            rec.key,
-                            err.field,
-                            err.reason,
-                            rec.topic,
-                            rec.partition,
-                            rec.offset,
-                        ),
-                    )
+                        field_name,
+                        reason,
+                        rec.topic,
+                        rec.partition,
+                        rec.offset,
+                    ),
                 )
+            )
         results, outcome.attempts = await self._process(fetches)
         outcome.results = results
         for r in results:
