@@ -604,3 +604,54 @@ def test_config_checksum_changes_with_the_config(helmrender: Path, tmp_path: Pat
     base = checksum(render(helmrender))
     changed = checksum(render(helmrender, write_values(tmp_path, {"scorer": "ccr"})))
     assert re.fullmatch(r"[0-9a-f]{64}", base) and base != changed
+
+
+def test_renderer_implements_helms_functions(helmrender: Path, tmp_path: Path) -> None:
+    """tpl, include, toYaml, fromYaml, toJson, required, fail and the built-in objects."""
+    chart = tmp_path / "demo"
+    (chart / "templates").mkdir(parents=True)
+    (chart / "Chart.yaml").write_text(
+        "apiVersion: v2\nname: demo\nversion: 1.2.3\nappVersion: '9'\n"
+    )
+    (chart / "values.yaml").write_text(
+        "greeting: 'hello {{ .Release.Name }}'\nbig: 7776000\nlist: [a, b]\nfailIt: false\n"
+    )
+    (chart / "templates" / "_h.tpl").write_text('{{- define "demo.x" -}}x-{{ . }}{{- end }}')
+    (chart / "templates" / "cm.yaml").write_text(
+        'apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ include "demo.x" .Chart.Name }}\n'
+        "data:\n"
+        "  greeting: {{ tpl .Values.greeting . | quote }}\n"
+        "  big: {{ int64 .Values.big | quote }}\n"
+        "  list: {{ toJson .Values.list | quote }}\n"
+        "  yaml: {{ toYaml .Values.list | quote }}\n"
+        '  round: {{ (fromYaml "a: 1").a | quote }}\n'
+        "  ns: {{ .Release.Namespace }}\n"
+        "  kube: {{ .Capabilities.KubeVersion.Minor | quote }}\n"
+        '  pdb: {{ .Capabilities.APIVersions.Has "policy/v1" | quote }}\n'
+        "  chart: {{ .Chart.Version }}-{{ .Chart.AppVersion }}\n"
+        "  tmpl: {{ .Template.Name }}\n"
+        '{{- if .Values.failIt }}{{ fail "asked to fail" }}{{ end }}\n'
+        '{{- $_ := required "need.me is required" .Values.need }}\n'
+    )
+    (tmp_path / "v.yaml").write_text("need: ok\n")
+    proc = _run(helmrender, "-name", "rel", "-namespace", "ns1", chart, tmp_path / "v.yaml")
+    assert proc.returncode == 0, proc.stderr
+    (doc,) = [d for d in yaml.safe_load_all(proc.stdout) if d]
+    assert doc["metadata"]["name"] == "x-demo"
+    assert doc["data"] == {
+        "greeting": "hello rel",
+        "big": "7776000",
+        "list": '["a","b"]',
+        "yaml": "- a\n- b",
+        "round": "1",
+        "ns": "ns1",
+        "kube": KUBE_VERSION.split(".")[1],
+        "pdb": "true",
+        "chart": "1.2.3-9",
+        "tmpl": "demo/templates/cm.yaml",
+    }
+    proc = _run(helmrender, chart)
+    assert proc.returncode != 0 and "need.me is required" in proc.stderr
+    (tmp_path / "f.yaml").write_text("need: ok\nfailIt: true\n")
+    proc = _run(helmrender, chart, tmp_path / "f.yaml")
+    assert proc.returncode != 0 and "asked to fail" in proc.stderr
