@@ -75,6 +75,11 @@ def broker(
     cmd = tansu_command(port)
     console.print(f"tansu on 127.0.0.1:{port} ({cmd[0]})")
     proc = subprocess.Popen(cmd)
+
+    def _stop(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, _stop)  # `docker stop` / kill: stop the broker with us
     try:
         wait_for_port(port)
         console.print(f"ready: LOOKAROUND_KAFKA_BOOTSTRAP=127.0.0.1:{port}")

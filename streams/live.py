@@ -113,6 +113,12 @@ class Metrics:
             buckets=(1, 10, 50, 100, 250, 500, 1000, 5000),
             registry=r,
         )
+        self.stage_seconds = Counter(
+            "lookaround_stage_seconds",
+            "Time spent per stage of a batch (process, publish, write)",
+            ["stage"],
+            registry=r,
+        )
         self.redis_retries = Counter(
             "lookaround_redis_retries", "Batch attempts failed on Redis", registry=r
         )
@@ -351,7 +357,10 @@ class LiveProcessor:
                     ),
                 )
             )
+        t0 = time.perf_counter()
         results, outcome.attempts = await self._process(fetches)
+        t1 = time.perf_counter()
+        m.stage_seconds.labels(stage="process").inc(t1 - t0)
         outcome.results = results
         for r in results:
             if r.priority is not None:
@@ -370,7 +379,10 @@ class LiveProcessor:
             outcome.embeddings += 1
         if deliveries:
             await asyncio.gather(*deliveries)
+        t2 = time.perf_counter()
+        m.stage_seconds.labels(stage="publish").inc(t2 - t1)
         await self._retry(self.deferred.flush, "write")
+        m.stage_seconds.labels(stage="write").inc(time.perf_counter() - t2)
         m.priorities_out.inc(outcome.priorities)
         m.embeddings_out.inc(outcome.embeddings)
         m.replica_pages.set(len(self.index))

@@ -151,7 +151,9 @@ def done_in_redis(client, settings, expected_store):
 # -- tests ------------------------------------------------------------------------------------
 
 
-def test_parity_with_embedded_replay(broker, redis_client, prefix, crawl_file, expected, workers):
+def test_parity_with_embedded_replay(
+    broker, redis_client, prefix, crawl_file, expected, workers, tmp_path
+):
     """A real worker on a one-partition topic publishes the replay's priorities exactly."""
     run_dir, store = expected
     settings = worker_settings(broker, prefix, batch_size=100)
@@ -167,9 +169,21 @@ def test_parity_with_embedded_replay(broker, redis_client, prefix, crawl_file, e
     assert check.matching == check.expected
     assert w.metric("lookaround_events_in_total") == len(lines)
     assert w.metric("lookaround_priorities_out_total") == len(lines)
-    # the rest of the run directory's job: topic replay gives the same features as the file
     status, body = w.get("/metrics")
     assert status == 200 and b"lookaround_batch_seconds_bucket" in body
+    # `lookaround replay-topic --priorities`: the recorded topic replays to the same run
+    # directory (features included) and the published priorities check out against it.
+    from streams.rundir import FEATURES_FILE
+    from streams.topic_replay import replay_topic
+
+    out = tmp_path / "topic-run"
+    result = replay_topic(settings, out, check_priorities=True)
+    assert result["records"] == len(lines) and result["priorities"].ok
+    assert (out / FEATURES_FILE).exists()
+    assert list(read_priorities(out)) == list(read_priorities(run_dir)) or all(
+        {k: v for k, v in a.items() if k != "scored_at"} == {k: v for k, v in b.items() if k != "scored_at"}
+        for a, b in zip(read_priorities(out), read_priorities(run_dir), strict=True)
+    )
 
 
 def test_malformed_events_go_to_dead_letter(broker, redis_client, prefix, workers):
