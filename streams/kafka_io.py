@@ -111,7 +111,8 @@ def ensure_topics(
     deadline = time.monotonic() + timeout
     while True:
         try:
-            admin = KafkaAdminClient(client_id="lookaround-topics", **kafka_python_options(settings))
+            options = kafka_python_options(settings)
+            admin = KafkaAdminClient(client_id="lookaround-topics", **options)
             break
         except Exception:
             if time.monotonic() > deadline:

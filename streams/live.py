@@ -39,10 +39,10 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from online.events import EventError, Fetch, parse_fetch
 from online.history import PageState
 from online.index import FaissIndex
-from online.scoring import get_scorer
 from streams.kafka_io import dead_letter_message, embedding_message
 from streams.pipeline import PagePipeline, PipelineConfig, Processed
 from streams.redis_store import RedisPageStore
+from streams.scorers import build_scorer
 from streams.settings import Settings
 from streams.stores import Neighbours, PageWrites
 
@@ -227,7 +227,13 @@ class LiveProcessor:
             neighbours=settings.neighbours,
             embedding_dim=settings.embedding_dim,
         )
-        scorer = get_scorer(settings.scorer)
+        scorer = build_scorer(
+            settings.scorer,
+            history=settings.history,
+            registry_dir=settings.registry_dir,
+            live=True,
+            poll_seconds=settings.registry_poll_seconds,
+        )
         self.pipeline = PagePipeline(
             self.deferred,  # type: ignore[arg-type]
             index if index is not None else FaissIndex(dim=settings.embedding_dim),

@@ -50,7 +50,11 @@ def logging_config(level: str = "INFO", fmt: str = "json") -> dict[str, Any]:
         "disable_existing_loggers": False,
         "formatters": {"main": formatter},
         "handlers": {
-            "stderr": {"class": "logging.StreamHandler", "formatter": "main", "stream": "ext://sys.stderr"}
+            "stderr": {
+                "class": "logging.StreamHandler",
+                "formatter": "main",
+                "stream": "ext://sys.stderr",
+            }
         },
         "root": {"level": level, "handlers": ["stderr"]},
         "loggers": {"aiokafka": {"level": "WARNING"}, "kafka": {"level": "WARNING"}},

@@ -84,6 +84,9 @@ class Settings(BaseSettings):
     # -- processing ----------------------------------------------------------------------------
     batch_size: int = Field(500, ge=1, description="Events per micro-batch (stream.take).")
     batch_within_seconds: float = Field(0.2, gt=0, description="Longest wait to fill a batch.")
+    parse_processes: int = Field(
+        1, ge=0, description="Parser processes per worker (0: parse in the worker process)."
+    )
     scorer: str = DEFAULT_SCORER
     history: int = Field(DEFAULT_HISTORY, ge=1)
     neighbours: int = Field(30, ge=1)

@@ -182,7 +182,8 @@ def compare_priorities(published: Iterable[dict], expected: Iterable[dict]) -> P
 
 
 def published_priorities(settings: Settings, **kwargs: Any) -> list[dict]:
-    return [orjson.loads(m.value) for m in read_topic(settings, settings.topic_priorities, **kwargs)]
+    records = read_topic(settings, settings.topic_priorities, **kwargs)
+    return [orjson.loads(m.value) for m in records]
 
 
 def replay_topic(

@@ -40,7 +40,7 @@ def store(client):
 
 def test_round_trip_and_unknown(store):
     events = crawl(pages=10, rounds=2)
-    _, out = run(events, batch=7, store=store)
+    run(events, batch=7, store=store)
     memory_pipeline, _ = run(events, batch=7)
     mem = memory_pipeline.store
     urls = sorted(mem.states)
@@ -69,14 +69,18 @@ def test_parity_with_memory_store(store, batch):
     assert comparable(got) == comparable(expected)
 
 
+def snapshot(store: RedisPageStore) -> dict:
+    return {key: store.client.get(key) for key in store.keys()}  # noqa: SIM118
+
+
 def test_stale_and_redelivered_writes_change_nothing(store):
     events = crawl(pages=6, rounds=3)
-    pipeline, _ = run(events, batch=5, store=store)
+    run(events, batch=5, store=store)
     urls = sorted({e.url for e in events})
-    before = {k: store.client.get(k) for k in store.keys()}
+    before = snapshot(store)
     # The first round again: every state in Redis is newer, so the write is skipped whole.
     old = MemoryPageStore()
-    first_round, _ = run(events[: len(urls)], batch=100, store=old)
+    run(events[: len(urls)], batch=100, store=old)
     store.write(
         PageWrites(
             states=dict(old.states),
@@ -84,7 +88,7 @@ def test_stale_and_redelivered_writes_change_nothing(store):
             neighbours=dict(old.neighbours),
         )
     )
-    assert {k: store.client.get(k) for k in store.keys()} == before
+    assert snapshot(store) == before
     assert store.skipped >= len(urls)
 
 

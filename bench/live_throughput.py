@@ -1,0 +1,206 @@
+"""End-to-end throughput and latency of the live pipeline: Tansu + real Redis + real workers.
+
+    python bench/live_throughput.py                       # 100,000 pages x 3 crawls
+    python bench/live_throughput.py --pages 20000 --crawls 3
+
+1. Throughput: the whole crawl is produced to a 2-partition fetched-page topic first, then
+   N workers (1, then 2) drain it; events/s per worker = events / drain time / N.
+2. Latency: one worker, fresh topics, events produced at half the measured one-worker rate;
+   latency of an event = the priority message's timestamp - the fetched message's timestamp
+   (both stamped by their producers on this machine); p50 / p99 reported.
+3. Redis memory per page: MEMORY USAGE of every key kind of a sample of pages, and the growth
+   of INFO used_memory over the throughput run divided by the pages stored.
+
+Figures print as a table and as JSON (--json FILE). Floors (issue 5): 3,000 events/s per
+worker; p99 event -> priority latency < 1 s at half that rate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import shutil
+import sys
+import tempfile
+import time
+import uuid
+from datetime import datetime
+from pathlib import Path
+
+import numpy as np
+import orjson
+import redis
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from batch.generate import GeneratorConfig, write_events
+from online.events import parse_fetch
+from streams.cli_live import produce_file
+from streams.harness import WorkerProcess, wait_for, worker_settings
+from streams.kafka_io import ensure_topics, free_port, start_tansu
+from streams.redis_store import RedisPageStore
+from streams.topic_replay import read_topic
+
+
+def drain(bootstrap, events: Path, n_events: int, n_workers: int, tmp: Path, client) -> dict:
+    prefix = f"bench{uuid.uuid4().hex[:8]}"
+    settings = worker_settings(bootstrap, prefix, topic_partitions=2, log_level="WARNING")
+    ensure_topics(settings)
+    t0 = time.perf_counter()
+    produce_file(settings, events)
+    produce_s = time.perf_counter() - t0
+    mem_before = client.info("memory")["used_memory"]
+    workers = []
+    for i in range(n_workers):
+        s = settings.model_copy(update={"worker_id": f"w{i}", "web_port": free_port()})
+        workers.append(WorkerProcess(s, tmp / f"{prefix}-w{i}.log").start())
+    try:
+        for w in workers:
+            w.wait_healthy(120)
+
+        def total() -> float:
+            return sum(w.metric("lookaround_priorities_out_total") for w in workers)
+
+        def seen() -> float:
+            return sum(w.metric("lookaround_events_in_total") for w in workers)
+
+        wait_for(lambda: seen() > 0, 120, "first batch")
+        started = time.perf_counter()
+        start_count = seen()
+        wait_for(
+            lambda: seen() >= n_events and total() >= n_events * 0.999, 3600, "drain", every=0.5
+        )
+        seconds = time.perf_counter() - started
+        rate = (n_events - start_count) / seconds
+        store = RedisPageStore(client, prefix=settings.redis_key_prefix)
+        pages = store.pages()
+        mem_after = client.info("memory")["used_memory"]
+        per_page = sample_memory(client, settings.redis_key_prefix)
+        out = {
+            "workers": n_workers,
+            "events": n_events,
+            "produce_s": round(produce_s, 1),
+            "drain_s": round(seconds, 1),
+            "events_per_s": round(rate),
+            "events_per_s_per_worker": round(rate / n_workers),
+            "pages": pages,
+            "redis_used_memory_growth_per_page": round((mem_after - mem_before) / max(pages, 1)),
+            "redis_bytes_per_page_sampled": per_page,
+        }
+    finally:
+        for w in workers:
+            w.stop()
+    RedisPageStore(client, prefix=settings.redis_key_prefix).delete_all()
+    return out
+
+
+def sample_memory(client, prefix: str, n: int = 200) -> dict:
+    """Mean MEMORY USAGE per key kind over up to n pages with a state, and their sum."""
+    sizes: dict[str, list[int]] = {"s": [], "t": [], "n": [], "r": []}
+    for key in client.scan_iter(match=f"{prefix}t:*", count=1000):
+        pid = key.decode().rsplit(":", 1)[1]
+        for kind in ("t", "n", "r"):
+            usage = client.memory_usage(f"{prefix}{kind}:{pid}")
+            if usage:
+                sizes[kind].append(usage)
+        if len(sizes["t"]) >= n:
+            break
+    for key in client.scan_iter(match=f"{prefix}s:*", count=1000):
+        sizes["s"].append(client.memory_usage(key) or 0)
+        if len(sizes["s"]) >= n:
+            break
+    means = {k: round(float(np.mean(v))) if v else 0 for k, v in sizes.items()}
+    means["total"] = sum(means.values())
+    return means
+
+
+def latency(bootstrap, events: Path, rate: float, seconds: float, tmp: Path) -> dict:
+    prefix = f"lat{uuid.uuid4().hex[:8]}"
+    settings = worker_settings(bootstrap, prefix, topic_partitions=1, log_level="WARNING")
+    ensure_topics(settings)
+    n = int(rate * seconds)
+    part = tmp / f"{prefix}.jsonl"
+    with gzip.open(events, "rb") as src, open(part, "wb") as dst:
+        for i, line in enumerate(src):
+            if i >= n:
+                break
+            dst.write(line)
+    w = WorkerProcess(settings, tmp / f"{prefix}.log").start()
+    try:
+        w.wait_healthy(120)
+        time.sleep(2)  # group joined, partitions assigned
+        produce_file(settings, part, rate=rate)
+        wait_for(lambda: w.metric("lookaround_priorities_out_total") >= n, 300, "all scored")
+        sent = {}
+        for m in read_topic(settings, settings.topic_fetched):
+            f = parse_fetch(m.value)
+            sent[(f.url, round(f.timestamp, 3))] = m.timestamp
+        lat = []
+        for m in read_topic(settings, settings.topic_priorities):
+            p = orjson.loads(m.value)
+            ts = datetime.fromisoformat(p["fetched_at"].replace("Z", "+00:00")).timestamp()
+            t_in = sent.get((p["url"], round(ts, 3)))
+            if t_in is not None:
+                lat.append((m.timestamp - t_in) / 1000)
+    finally:
+        w.stop()
+        RedisPageStore(redis.Redis(), prefix=settings.redis_key_prefix).delete_all()
+    arr = np.array(lat)
+    return {
+        "rate": round(rate),
+        "events": n,
+        "matched": len(lat),
+        "p50_s": round(float(np.percentile(arr, 50)), 3),
+        "p99_s": round(float(np.percentile(arr, 99)), 3),
+        "max_s": round(float(arr.max()), 3),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--pages", type=int, default=100_000)
+    ap.add_argument("--crawls", type=int, default=3)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--workers", default="1,2", help="worker counts to run, comma-separated")
+    ap.add_argument("--latency-seconds", type=float, default=30.0)
+    ap.add_argument("--json", type=Path, default=None)
+    args = ap.parse_args()
+
+    tmp = Path(tempfile.mkdtemp(prefix="lookaround-bench-"))
+    events = tmp / "crawl.jsonl.gz"
+    print(f"generating {args.pages:,} pages x {args.crawls} crawls ...", flush=True)
+    config = GeneratorConfig(pages=args.pages, crawls=args.crawls, seed=args.seed)
+    info = write_events(events, config)
+    n_events = info["events"]
+    port = free_port()
+    broker = start_tansu(port, tmp / "tansu.log")
+    client = redis.Redis()
+    results: dict = {"events": n_events, "pages": args.pages, "crawls": args.crawls, "runs": []}
+    try:
+        bootstrap = f"127.0.0.1:{port}"
+        for n in [int(x) for x in args.workers.split(",")]:
+            r = drain(bootstrap, events, n_events, n, tmp, client)
+            results["runs"].append(r)
+            print(orjson.dumps(r).decode(), flush=True)
+        one = results["runs"][0]["events_per_s_per_worker"]
+        results["latency"] = latency(bootstrap, events, one / 2, args.latency_seconds, tmp)
+        print(orjson.dumps(results["latency"]).decode(), flush=True)
+    finally:
+        broker.terminate()
+        broker.wait(10)
+        shutil.rmtree(tmp, ignore_errors=True)
+    print()
+    print(f"{'workers':>8} {'events/s':>10} {'per worker':>11} {'bytes/page':>11}")
+    for r in results["runs"]:
+        print(
+            f"{r['workers']:>8} {r['events_per_s']:>10,} {r['events_per_s_per_worker']:>11,}"
+            f" {r['redis_bytes_per_page_sampled']['total']:>11,}"
+        )
+    lat = results["latency"]
+    print(f"latency at {lat['rate']:,} events/s: p50 {lat['p50_s']} s, p99 {lat['p99_s']} s")
+    if args.json:
+        args.json.write_bytes(orjson.dumps(results, option=orjson.OPT_INDENT_2))
+
+
+if __name__ == "__main__":
+    main()
