@@ -425,7 +425,7 @@ class PriorityUpdate(BaseModel):
     reasons: list[str] = Field(
         default_factory=list,
         description="What drove the score, strongest first: own_history, related_pages, "
-        "model, exploration.",
+        "model, exploration; prior alone when nothing is known of the page yet.",
     )
     scorer: ScorerRef
     crawl: int | None = None

@@ -11,7 +11,8 @@ standard deviation. `combine` averages them with per-row weights and derives
   short histories, ``exploration x std x (1 - intervals / history)``: an upper confidence bound
   that fades as the page's own history fills up;
 * ``reasons``: what drove the score (``model``, ``own_history``, ``related_pages``,
-  ``exploration``), strongest first.
+  ``exploration``), strongest first; ``prior`` alone when nothing is known of the page yet
+  (a first fetch without related pages).
 
 `next_fetch_days` turns a rate into the suggested wait before the next fetch.
 
@@ -126,7 +127,7 @@ def _reasons(
     order = np.argsort(-table, axis=1, kind="stable")
     out = []
     for i in range(n):
-        out.append([names[j] for j in order[i] if table[i, j] >= 0.05])
+        out.append([names[j] for j in order[i] if table[i, j] >= 0.05] or ["prior"])
     return out
 
 

@@ -240,7 +240,10 @@ SCORERS: dict[str, Callable[[], Scorer]] = {
 #: Learned scorers (online/learned.py): they take options (model source, history ...).
 LEARNED = ("online", "batch", "ensemble")
 SCORER_NAMES = (*SCORERS, *LEARNED)
-DEFAULT_SCORER = "lbla"
+#: Best by yield@10% on held-out crawls (bench/scorer_choice.py): on a generated crawl it ties
+#: the batch model (0.7531 vs 0.7532, LBLA 0.7469, NNL-Av 0.7458); on S it leads (0.573 vs
+#: online 0.518, LBLA 0.460, batch 0.435). Without a registered model it is online + LBLA.
+DEFAULT_SCORER = "ensemble"
 
 
 def get_scorer(name: str, **options: object) -> Scorer:

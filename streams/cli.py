@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Annotated
 
@@ -11,8 +12,8 @@ from rich.table import Table
 
 from online.events import DEFAULT_EMBEDDING_DIM, DEFAULT_MAX_OUTLINKS
 from online.history import DEFAULT_HISTORY
-from online.scoring import DEFAULT_SCORER, SCORER_NAMES
-from streams.rundir import FEATURES_FILE
+from online.scoring import DEFAULT_SCORER, LEARNED, SCORER_NAMES
+from streams.rundir import FEATURES_FILE, SUMMARY_FILE
 
 DEFAULT_EVAL_SCORERS = ("lbla", "nnl-pr", "nnl-av", "ccr")
 
@@ -121,7 +122,7 @@ def demo(
     run_dir = out / "run"
     summary = run_replay(events, run_dir, scorer=scorer)
     _print_summary(summary, run_dir)
-    _evaluate_and_print(run_dir, DEFAULT_EVAL_SCORERS)
+    _evaluate_and_print(run_dir, _with_run_scorer(run_dir, DEFAULT_EVAL_SCORERS))
 
 
 def _parse_scorers(value: str) -> tuple[str, ...]:
@@ -139,11 +140,41 @@ def evaluate(
         Path, typer.Argument(exists=True, file_okay=False, help="Run directory of a replay.")
     ],
     scorers: Annotated[
-        str, typer.Option(help="Comma-separated scorers to compare (plus random and oracle).")
-    ] = ",".join(DEFAULT_EVAL_SCORERS),
+        str | None,
+        typer.Option(
+            help="Comma-separated scorers to compare (plus random and oracle); default: the "
+            "run's own scorer and " + ",".join(DEFAULT_EVAL_SCORERS) + ". A learned scorer "
+            "(online, batch, ensemble) is judged on the predictions the replay recorded, so "
+            "only the run's own one can be named."
+        ),
+    ] = None,
 ) -> None:
     """Evaluate a replay run: report.md / report.html, CSVs and plots in RUN_DIR."""
-    _evaluate_and_print(run_dir, _parse_scorers(scorers))
+    names = (
+        _with_run_scorer(run_dir, DEFAULT_EVAL_SCORERS)
+        if scorers is None
+        else _parse_scorers(scorers)
+    )
+    recorded = _run_scorer(run_dir)
+    for name in names:
+        if name in LEARNED and name != recorded:
+            raise typer.BadParameter(
+                f"{name} is a learned scorer and this run was replayed with {recorded}: "
+                f"replay with --scorer {name} to judge it"
+            )
+    _evaluate_and_print(run_dir, names)
+
+
+def _run_scorer(run_dir: Path) -> str | None:
+    summary = run_dir / SUMMARY_FILE
+    if not summary.exists():
+        return None
+    return json.loads(summary.read_text()).get("scorer")
+
+
+def _with_run_scorer(run_dir: Path, names: tuple[str, ...]) -> tuple[str, ...]:
+    own = _run_scorer(run_dir)
+    return tuple(dict.fromkeys(((own,) if own else ()) + names))
 
 
 def _evaluate_and_print(run_dir: Path, scorers: tuple[str, ...]) -> None:

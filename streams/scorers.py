@@ -32,15 +32,22 @@ def build_scorer(
         from batch.registry import ModelRegistry, ModelWatcher
 
         registry = ModelRegistry(Path(registry_dir))
-        watcher = ModelWatcher(
-            registry,
-            BATCH_MODEL,
-            available_features=set(feature_names(history)),
-            poll_seconds=poll_seconds if live else float("inf"),
-        )
+        available = set(feature_names(history))
         if live:
+            watcher = ModelWatcher(registry, BATCH_MODEL, available, poll_seconds=poll_seconds)
             options["model_source"] = watcher.current
         else:
-            artifact = watcher.current()
+            # A replay uses one model throughout and says so loudly when it cannot.
+            latest = registry.latest(BATCH_MODEL)
+            if latest is None and name == "batch":
+                raise ValueError(
+                    f"no {BATCH_MODEL!r} model in {registry_dir}; run `lookaround train RUN_DIR "
+                    f"--registry {registry_dir}` first"
+                )
+            artifact = (
+                None
+                if latest is None
+                else registry.load(BATCH_MODEL, latest, required_features=available)
+            )
             options["model_source"] = lambda: artifact
     return get_scorer(name, **options)

@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 from batch.generate import GeneratorConfig, generate_events
 from online.events import PriorityUpdate
 from online.links import is_internal, normalize_url
+from online.scoring import DEFAULT_SCORER
 from streams.cli import app
 from streams.replay import read_priorities, replay
 
@@ -75,7 +76,9 @@ def test_priorities_follow_the_contract(crawl_file, run_dir: Path) -> None:
     assert len(updates) == summary["applied"]
     for u in updates[:200]:
         p = PriorityUpdate.model_validate(u)
-        assert p.scorer.name == "lbla" and p.fetched_at.tzinfo is not None
+        assert p.scorer.name == DEFAULT_SCORER and p.fetched_at.tzinfo is not None
+        assert p.next_fetch_at is not None and p.next_fetch_at > p.fetched_at
+        assert p.rate_per_day is not None and p.reasons
     assert len({u["url"] for u in updates}) == summary["pages"]
 
 
