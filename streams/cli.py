@@ -80,20 +80,25 @@ def replay(
     quiet: Annotated[bool, typer.Option(help="No progress bar.")] = False,
 ) -> None:
     """Stream an events file through the core in this process (no broker, no Redis)."""
+    from batch.registry import ArtifactRefused
     from streams.pipeline import PipelineConfig
     from streams.replay import replay as run_replay
 
     config = PipelineConfig(history=history, neighbours=neighbours, embedding_dim=embedding_dim)
-    summary = run_replay(
-        events,
-        out,
-        scorer=scorer,
-        config=config,
-        batch_size=batch_size,
-        max_outlinks=max_outlinks,
-        progress=not quiet,
-        registry_dir=registry,
-    )
+    try:
+        summary = run_replay(
+            events,
+            out,
+            scorer=scorer,
+            config=config,
+            batch_size=batch_size,
+            max_outlinks=max_outlinks,
+            progress=not quiet,
+            registry_dir=registry,
+        )
+    except (ArtifactRefused, ValueError) as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from None
     _print_summary(summary, out)
 
 
