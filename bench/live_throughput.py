@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import os
 import shutil
 import sys
 import tempfile
@@ -67,11 +68,21 @@ def drain(bootstrap, events: Path, n_events: int, n_workers: int, tmp: Path, cli
         wait_for(lambda: seen() > 0, 120, "first batch")
         started = time.perf_counter()
         start_count = seen()
+        cpu0 = [w.cpu_seconds() for w in workers]
         wait_for(
             lambda: seen() >= n_events and total() >= n_events * 0.999, 3600, "drain", every=0.5
         )
         seconds = time.perf_counter() - started
+        cpu1 = [w.cpu_seconds() for w in workers]
         rate = (n_events - start_count) / seconds
+        main_cpu = sum(b[0] - a[0] for a, b in zip(cpu0, cpu1, strict=True))
+        parser_cpu = sum(b[1] - a[1] for a, b in zip(cpu0, cpu1, strict=True))
+        stages = {
+            k: round(
+                sum(w.metric(f'lookaround_stage_seconds_total{{stage="{k}"}}') for w in workers), 1
+            )
+            for k in ("process", "publish", "write")
+        }
         store = RedisPageStore(client, prefix=settings.redis_key_prefix)
         pages = store.pages()
         mem_after = client.info("memory")["used_memory"]
@@ -83,6 +94,13 @@ def drain(bootstrap, events: Path, n_events: int, n_workers: int, tmp: Path, cli
             "drain_s": round(seconds, 1),
             "events_per_s": round(rate),
             "events_per_s_per_worker": round(rate / n_workers),
+            # Events per CPU-second of the workers' main processes: the rate one worker would
+            # sustain with a core to itself (its parser process on another).
+            "cpu_main_s": round(main_cpu, 1),
+            "cpu_parser_s": round(parser_cpu, 1),
+            "events_per_main_cpu_s": round((n_events - start_count) / max(main_cpu, 1e-9)),
+            "stage_s": stages,
+            "load_avg_1m": round(os.getloadavg()[0], 1),
             "pages": pages,
             "redis_used_memory_growth_per_page": round((mem_after - mem_before) / max(pages, 1)),
             "redis_bytes_per_page_sampled": per_page,

@@ -85,6 +85,30 @@ class WorkerProcess:
                     total += float(value)
         return total
 
+    def cpu_seconds(self) -> tuple[float, float]:
+        """(CPU seconds of the worker process, of its live child processes: the parser)."""
+        if not self.alive():
+            return 0.0, 0.0
+        pid = self.proc.pid  # type: ignore[union-attr]
+        tick = os.sysconf("SC_CLK_TCK")
+
+        def stat(p: int | str) -> list[str]:
+            text = Path(f"/proc/{p}/stat").read_text()
+            return text[text.rindex(")") + 2 :].split()
+
+        main = stat(pid)
+        own = (int(main[11]) + int(main[12])) / tick
+        children = 0.0
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                try:
+                    fields = stat(entry.name)
+                except (OSError, ValueError):
+                    continue
+                if int(fields[1]) == pid:
+                    children += (int(fields[11]) + int(fields[12])) / tick
+        return own, children
+
     def wait_healthy(self, timeout: float = 60.0) -> None:
         wait_for(lambda: self.health()[0] == 200, timeout, f"worker healthy ({self.log})", self)
 

@@ -70,6 +70,9 @@ class Settings(BaseSettings):
     kafka_rebalance_timeout_seconds: float = Field(
         10.0, gt=0, description="How long a rebalance waits for the group's members."
     )
+    kafka_fetch_max_wait_ms: int = Field(
+        100, ge=0, description="Longest a fetch waits for records (bounds the added latency)."
+    )
 
     # -- Redis ---------------------------------------------------------------------------------
     redis_url: str = Field("redis://127.0.0.1:6379/0", description="redis:// or rediss:// (TLS)")
