@@ -132,9 +132,11 @@ def sample_memory(client, prefix: str, n: int = 200) -> dict:
     return means
 
 
-def latency(bootstrap, events: Path, rate: float, seconds: float, tmp: Path) -> dict:
+def latency(
+    bootstrap, events: Path, rate: float, seconds: float, tmp: Path, **worker: object
+) -> dict:
     prefix = f"lat{uuid.uuid4().hex[:8]}"
-    settings = worker_settings(bootstrap, prefix, topic_partitions=1, log_level="WARNING")
+    settings = worker_settings(bootstrap, prefix, topic_partitions=1, log_level="WARNING", **worker)
     ensure_topics(settings)
     n = int(rate * seconds)
     part = tmp / f"{prefix}.jsonl"
@@ -182,6 +184,14 @@ def main() -> None:
     ap.add_argument("--workers", default="1,2", help="worker counts to run, comma-separated")
     ap.add_argument("--latency-seconds", type=float, default=30.0)
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument(
+        "--latency-rate",
+        type=float,
+        default=None,
+        help="events/s (default: half the 1-worker rate)",
+    )
+    ap.add_argument("--latency-batch-within", type=float, default=0.05)
+    ap.add_argument("--latency-batch-size", type=int, default=500)
     args = ap.parse_args()
 
     tmp = Path(tempfile.mkdtemp(prefix="lookaround-bench-"))
@@ -196,19 +206,29 @@ def main() -> None:
     results: dict = {"events": n_events, "pages": args.pages, "crawls": args.crawls, "runs": []}
     try:
         bootstrap = f"127.0.0.1:{port}"
-        for n in [int(x) for x in args.workers.split(",")]:
+        for n in [int(x) for x in args.workers.split(",") if x.strip()]:
             r = drain(bootstrap, events, n_events, n, tmp, client)
             results["runs"].append(r)
             print(orjson.dumps(r).decode(), flush=True)
-        one = results["runs"][0]["events_per_s_per_worker"]
-        results["latency"] = latency(bootstrap, events, one / 2, args.latency_seconds, tmp)
+        rate = args.latency_rate or results["runs"][0]["events_per_s_per_worker"] / 2
+        results["latency"] = latency(
+            bootstrap,
+            events,
+            rate,
+            args.latency_seconds,
+            tmp,
+            batch_within_seconds=args.latency_batch_within,
+            batch_size=args.latency_batch_size,
+        )
+        results["latency"]["batch_within_seconds"] = args.latency_batch_within
         print(orjson.dumps(results["latency"]).decode(), flush=True)
     finally:
         broker.terminate()
         broker.wait(10)
         shutil.rmtree(tmp, ignore_errors=True)
     print()
-    print(f"{'workers':>8} {'events/s':>10} {'per worker':>11} {'bytes/page':>11}")
+    if results["runs"]:
+        print(f"{'workers':>8} {'events/s':>10} {'per worker':>11} {'bytes/page':>11}")
     for r in results["runs"]:
         print(
             f"{r['workers']:>8} {r['events_per_s']:>10,} {r['events_per_s_per_worker']:>11,}"
