@@ -286,6 +286,30 @@ def test_ssl_without_a_ca_secret_uses_the_system_cas(
         assert "kafka-tls" not in {v["name"] for v in spec["volumes"]}
 
 
+def test_values_follow_the_settings_and_scorers(values_schema: dict[str, Any]) -> None:
+    from online.scoring import SCORER_NAMES
+
+    assert set(values_schema["properties"]["scorer"]["enum"]) == set(SCORER_NAMES)
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    defaults = {name: field.default for name, field in Settings.model_fields.items()}
+    assert values["scorer"] == defaults["scorer"]
+    assert values["batchSize"] == defaults["batch_size"]
+    assert values["embeddingDim"] == defaults["embedding_dim"]
+    assert values["worker"]["port"] == defaults["web_port"]
+    topics = values["topics"]
+    assert (
+        topics["fetched"],
+        topics["priorities"],
+        topics["embeddings"],
+        topics["deadLetter"],
+    ) == (
+        defaults["topic_fetched"],
+        defaults["topic_priorities"],
+        defaults["topic_embeddings"],
+        defaults["topic_dead_letter"],
+    )
+
+
 def test_values_files_merge_like_helm(helmrender: Path, tmp_path: Path) -> None:
     first = write_values(
         tmp_path, {"topics": {"partitions": 3}, "worker": {"podLabels": {"a": "1"}}}
