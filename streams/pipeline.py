@@ -121,6 +121,7 @@ class PagePipeline:
         self.feature_names = feature_names(self.config.history)
         self._columns = {name: j for j, name in enumerate(self.feature_names)}
         self._stats_columns = stats_columns(self.config.history)
+        self._index_writes: tuple[np.ndarray, np.ndarray] | None = None
         self.learns = bool(getattr(scorer, "learns", False))
         if self.learns:
             saved = store.get_learner()
@@ -160,7 +161,9 @@ class PagePipeline:
         pending = self._plan(events, states, page_ids, stored_nbrs)
 
         # One search against the index as it stood before the batch, merged with the
-        # batch's own earlier vectors; then the batch's vectors go in.
+        # batch's own earlier vectors. The batch's vectors go in only after the last store
+        # read, so a failed read leaves nothing changed (a worker can simply retry).
+        self._index_writes = None
         new_nbrs = self._find_neighbours(pending)
 
         # Neighbours' stats as they stood before the batch: one row per distinct page among
@@ -181,6 +184,10 @@ class PagePipeline:
         previous_at: list[tuple[str, object] | None] = []
         labels: list[Label | None] = []
         last_position: dict[int, int] = {}
+
+        if self._index_writes is not None:
+            self.index.upsert(*self._index_writes)
+            self._index_writes = None
 
         # Pass 2: history updates and own features, in order.
         results: list[Processed] = []
@@ -462,7 +469,7 @@ class PagePipeline:
             )
         latest = {p.page_id: p for p, m in zip(todo, moved, strict=True) if m}
         if latest:
-            self.index.upsert(
+            self._index_writes = (
                 np.array(list(latest), dtype=np.int64),
                 np.stack([p.vector for p in latest.values()]).astype(np.float32),  # type: ignore[misc]
             )

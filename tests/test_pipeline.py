@@ -277,3 +277,40 @@ def test_stored_stats_rows_match_the_page_state(events) -> None:
     for url, state in store.states.items():
         expected = page_stats(state, link_info(url))
         assert np.array_equal(store.stats(link_info(url).page_id), expected, equal_nan=True)
+
+
+class _FlakyStore(BytesPageStore):
+    """Fails the stats read (the last read of a batch) a given number of times."""
+
+    def __init__(self, failures: int) -> None:
+        super().__init__()
+        self.failures = failures
+
+    def get_stats(self, page_ids: np.ndarray) -> np.ndarray:
+        if self.failures:
+            self.failures -= 1
+            raise ConnectionError("store unreachable")
+        return super().get_stats(page_ids)
+
+
+def test_a_failed_store_read_changes_nothing_so_a_retry_is_exact(events) -> None:
+    _, straight = run(events, 30, scorer="online")
+    store = _FlakyStore(failures=0)
+    pipeline = PagePipeline(
+        store,
+        FaissIndex(dim=DIM),
+        make_scorer("online"),
+        PipelineConfig(embedding_dim=DIM, neighbours=5),
+    )
+    out = []
+    for i in range(0, len(events), 30):
+        if i == 120:
+            store.failures = 2
+            index_size, learned = len(pipeline.index), pipeline.scorer.state().learner.n_learned
+            for _ in range(2):
+                with pytest.raises(ConnectionError):
+                    pipeline.process(events[i : i + 30])
+                assert len(pipeline.index) == index_size
+                assert pipeline.scorer.state().learner.n_learned == learned
+        out.extend(pipeline.process(events[i : i + 30]))
+    assert comparable(out) == comparable(straight)
