@@ -149,14 +149,25 @@ class LinkLearner:
 
     def predict_many(self, X: pd.DataFrame) -> pd.DataFrame:
         """`predict_one` for each row of a frame (NaN = missing feature)."""
-        models = self._ensure()
+        self._ensure()
         if len(X) == 0:
             return pd.DataFrame(columns=list(self.output_names))
         if self.kind != "linear":
             rows = [{k: v for k, v in r.items() if v == v} for r in X.to_dict("records")]
             return pd.DataFrame([self.predict_one(r) for r in rows], index=X.index)
-        Xs = self._prepare_many(X)
-        values, cols = Xs.to_numpy(np.float64), list(Xs.columns)
+        out = self.predict_array(X.to_numpy(np.float64), list(X.columns))
+        return pd.DataFrame(out, index=X.index)[list(self.output_names)]
+
+    def predict_array(self, values: np.ndarray, cols: list[str]) -> dict[str, np.ndarray]:
+        """`predict_many` on a plain array (NaN = missing), without building frames: the
+        pipeline's hot path for the linear kind."""
+        if self.kind != "linear":
+            frame = pd.DataFrame(values, columns=cols)
+            pred = self.predict_many(frame)
+            return {name: pred[name].to_numpy(np.float64) for name in self.output_names}
+        models = self._ensure()
+        squashed = np.sign(values) * np.log1p(np.abs(values))
+        values = np.nan_to_num(squashed, nan=0.0)
         out = {}
         for side in SIDES:
             raw = _dot_many(models[f"nnl_{side}"], values, cols)
@@ -165,7 +176,7 @@ class LinkLearner:
                                                    -500.0, 500.0)))  # fmt: skip
             out[f"p_{side}"] = p_true
             out[f"lcr_{side}"] = p_true
-        return pd.DataFrame(out, index=X.index)[list(self.output_names)]
+        return out
 
     output_names = ("internal", "p_internal", "lcr_internal", "external", "p_external",
                     "lcr_external")  # fmt: skip
@@ -323,10 +334,10 @@ class StreamLearner:
         if hi <= lo:
             return
         out["n_learned"][lo:hi] = self.learner.n_learned
-        frame = pd.DataFrame(X[lo:hi].astype(np.float32), columns=self.feature_names)
-        pred = self.learner.predict_many(frame)
+        values = X[lo:hi].astype(np.float32).astype(np.float64)
+        pred = self.learner.predict_array(values, self.feature_names)
         for name in LinkLearner.output_names:
-            out[name][lo:hi] = pred[name].to_numpy(np.float64)
+            out[name][lo:hi] = pred[name]
 
     def _learn(self) -> None:
         X = pd.DataFrame(np.stack(self.buffer_x), columns=self.feature_names)

@@ -252,9 +252,10 @@ class PagePipeline:
             else:
                 scores = self.scorer.score_matrix(matrix, self._columns)
             stamp = _iso(self.clock())
+            waits = self._next_fetch_days(scores, len(applied))
             for a, (r, score) in enumerate(zip(applied, _score_rows(scores), strict=True)):
                 r.row = matrix[a]
-                r.priority = self._priority(r.event, score, stamp, scores, a)
+                r.priority = self._priority(r.event, score, stamp, scores, a, waits[a])
                 writes.stats[r.page_id] = own_stats[a]
         self.store.write(writes)
         self.counters.applied += len(applied)
@@ -495,16 +496,33 @@ class PagePipeline:
                 return i
         return None
 
+    def _next_fetch_days(self, scores: Scores, n: int) -> list[float | None]:
+        """Suggested days to the next fetch per row (None where no rate is estimated)."""
+        rate = scores.rate_per_day
+        if rate is None and scores.expected_new_internal is not None:
+            rate = (scores.expected_new_internal + scores.expected_new_external) / (  # type: ignore[operator]
+                DEFAULT_HORIZON_DAYS
+            )
+        if rate is None:
+            return [None] * n
+        rate = np.round(rate, 6)  # the published rate, so the suggestion follows from it
+        return next_fetch_days(rate, **self.config.revisit).tolist()
+
     def _priority(
-        self, event: Fetch, score: tuple, scored_at: str, scores: Scores, a: int
+        self,
+        event: Fetch,
+        score: tuple,
+        scored_at: str,
+        scores: Scores,
+        a: int,
+        wait_days: float | None,
     ) -> dict:
         rate = score[4]
         if rate is None and score[1] is not None and score[2] is not None:
             rate = round((score[1] + score[2]) / DEFAULT_HORIZON_DAYS, 6)
         next_fetch = None
-        if rate is not None:
-            days = float(next_fetch_days(np.array([rate]), **self.config.revisit)[0])
-            next_fetch = _iso(event.fetched_at + timedelta(days=days))
+        if wait_days is not None:
+            next_fetch = _iso(event.fetched_at + timedelta(days=wait_days))
         reasons = scores.reasons[a] if scores.reasons is not None else ["own_history"]
         return {
             "url": event.url,
