@@ -240,6 +240,7 @@ class LiveProcessor:
             scorer,
             config,
         )
+        self._models_shown: dict[str, str] = {}
         self.metrics.model.info(
             {"scorer": str(scorer.name), "version": str(getattr(scorer, "version", ""))}
         )
@@ -435,11 +436,26 @@ class LiveProcessor:
             try:
                 results = self.pipeline.process(fetches)
                 self._set_redis(True)
+                self._model_versions(results)
                 return results, attempt
             except REDIS_DOWN as exc:
                 self._rollback(ids, present, before)
                 self.deferred.discard()
                 delay = await self._backoff(exc, "process", attempt, delay)
+
+    def _model_versions(self, results: list[Processed]) -> None:
+        """Show the model versions behind the latest priorities (a refreshed batch model
+        appears here without a restart)."""
+        for r in reversed(results):
+            if r.priority is not None:
+                scorer = r.priority["scorer"]
+                labels = {"scorer": str(scorer["name"]), "version": str(scorer["version"])}
+                for kind, version in scorer.get("models", {}).items():
+                    labels[f"{kind}_model"] = str(version)
+                if labels != self._models_shown:
+                    self.metrics.model.info(labels)
+                    self._models_shown = labels
+                return
 
     def _rollback(self, ids: np.ndarray, present: np.ndarray, before: np.ndarray | None) -> None:
         """Put the replica back as it was before a failed attempt (its pages only)."""
