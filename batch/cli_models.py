@@ -10,9 +10,12 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from batch.models import DEFAULT_KIND
+
 console = Console(stderr=True)
 
 KIND_HELP = "extratrees, ngboost, hgb, negbin or hurdle"
+
 
 
 def _progress_step():  # type: ignore[no-untyped-def]
@@ -41,7 +44,7 @@ def register(app: typer.Typer) -> None:
             Path | None,
             typer.Option(help="Registry directory (default: LOOKAROUND_REGISTRY_DIR or ./models)."),
         ] = None,
-        kind: Annotated[str, typer.Option(help=KIND_HELP)] = "hgb",
+        kind: Annotated[str, typer.Option(help=KIND_HELP)] = DEFAULT_KIND,
         feature_set: Annotated[
             str, typer.Option(help="SP, SP+SN, SP+SN+DP+DN, SP+SN+DP+DN/h0..h8, LBLA, LB, LA.")
         ] = "SP+SN+DP+DN",

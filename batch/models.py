@@ -66,6 +66,10 @@ __all__ = [
 ]
 
 KINDS = ("extratrees", "ngboost", "hgb", "negbin", "hurdle")
+#: What `lookaround train` registers by default: the hurdle model ties ExtraTrees on a
+#: generated crawl's held-out yield@10% (0.7465 vs 0.7470), leads on S (0.453 vs 0.264) and is
+#: the best calibrated count model (held-out log-likelihood -0.97 vs Poisson ExtraTrees -1.72).
+DEFAULT_KIND = "hurdle"
 SIDES = ("internal", "external")
 _EPS = 1e-9
 _MU_FLOOR = 1e-6

@@ -21,7 +21,7 @@ import pandas as pd
 from batch.datasets import DEFAULT_FEATURE_SET, TrainingSet, split_by_time, training_set
 from batch.evaluate import Prediction, evaluate_arrays, load_rows, ranking_predictions
 from batch.metrics import classification
-from batch.models import LinkModel
+from batch.models import DEFAULT_KIND, LinkModel
 from batch.registry import Artifact, ModelRegistry
 
 __all__ = ["TrainResult", "held_out_scores", "model_prediction", "train_and_register"]
@@ -79,7 +79,7 @@ def train_and_register(
     run_dir: Path | str,
     registry: ModelRegistry,
     *,
-    kind: str = "hgb",
+    kind: str = DEFAULT_KIND,
     feature_set: str = DEFAULT_FEATURE_SET,
     max_rows: int | None = None,
     holdout_crawls: int = 1,
