@@ -240,9 +240,9 @@ SCORERS: dict[str, Callable[[], Scorer]] = {
 #: Learned scorers (online/learned.py): they take options (model source, history ...).
 LEARNED = ("online", "batch", "ensemble")
 SCORER_NAMES = (*SCORERS, *LEARNED)
-#: Best by yield@10% on held-out crawls (bench/scorer_choice.py): on a generated crawl it ties
-#: the batch model (0.7531 vs 0.7532, LBLA 0.7469, NNL-Av 0.7458); on S it leads (0.573 vs
-#: online 0.518, LBLA 0.460, batch 0.435). Without a registered model it is online + LBLA.
+#: Best by yield@10% on held-out crawls (bench/scorer_choice.py): on S it leads (0.545 vs
+#: online 0.518, LBLA 0.460, batch 0.456); on a generated crawl it is within 0.002 of the batch
+#: model (0.753 vs 0.755; LBLA 0.747, NNL-Av 0.746). Without a registered model: online + LBLA.
 DEFAULT_SCORER = "ensemble"
 
 
