@@ -24,12 +24,12 @@ import numpy as np
 
 from online.learners import Label, LinkLearner, StreamLearner
 from online.priority import DEFAULT_EXPLORATION, DEFAULT_HORIZON_DAYS, Estimate, combine
-from online.scoring import LBLAScorer, Scores
+from online.scoring import LBLAScorer, Scores, _MatrixScorer
 
 ModelSource = Callable[[], Any]
 
 
-class _LearnedScorer:
+class _LearnedScorer(_MatrixScorer):
     """Shared plumbing: the LBLA stand-in, exploration, reasons, the batch model."""
 
     name = "learned"
@@ -80,19 +80,6 @@ class _LearnedScorer:
         self.stream = state
 
     # -- scoring -----------------------------------------------------------------------------
-
-    def score_many(self, rows: Sequence[Mapping[str, float]]) -> list:
-        names = sorted({name for row in rows for name in row})
-        columns = {name: j for j, name in enumerate(names)}
-        X = np.full((len(rows), len(names)), np.nan)
-        for i, row in enumerate(rows):
-            for name, value in row.items():
-                X[i, columns[name]] = value
-        scores = self.score_matrix(X, columns)
-        return [scores.row(i) for i in range(len(rows))]
-
-    def score_one(self, features: Mapping[str, float]) -> Any:
-        return self.score_many([features])[0]
 
     def score_matrix(self, X: np.ndarray, columns: Mapping[str, int]) -> Scores:
         """Scores without learning (the learner, if any, as it stands)."""

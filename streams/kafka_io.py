@@ -32,8 +32,8 @@ from streams.settings import Settings
 # -- client options -------------------------------------------------------------------------
 
 
-def kafka_python_options(settings: Settings) -> dict[str, Any]:
-    """Connection options for kafka-python clients (producer, consumer, admin)."""
+def _common_options(settings: Settings) -> dict[str, Any]:
+    """Bootstrap servers, protocol and SASL credentials: the same keys in both clients."""
     opts: dict[str, Any] = {
         "bootstrap_servers": settings.kafka_bootstrap.split(","),
         "security_protocol": settings.kafka_security_protocol,
@@ -46,6 +46,12 @@ def kafka_python_options(settings: Settings) -> dict[str, Any]:
             if settings.kafka_sasl_password
             else None
         )
+    return opts
+
+
+def kafka_python_options(settings: Settings) -> dict[str, Any]:
+    """Connection options for kafka-python clients (producer, consumer, admin)."""
+    opts = _common_options(settings)
     if settings.kafka_security_protocol.endswith("SSL"):
         for name in ("cafile", "certfile", "keyfile"):
             value = getattr(settings, f"kafka_ssl_{name}")
@@ -70,18 +76,7 @@ def ssl_context(settings: Settings) -> ssl.SSLContext | None:
 
 def aiokafka_options(settings: Settings) -> dict[str, Any]:
     """Connection options for aiokafka clients (the embeddings replica)."""
-    opts: dict[str, Any] = {
-        "bootstrap_servers": settings.kafka_bootstrap.split(","),
-        "security_protocol": settings.kafka_security_protocol,
-    }
-    if settings.kafka_security_protocol.startswith("SASL"):
-        opts["sasl_mechanism"] = settings.kafka_sasl_mechanism
-        opts["sasl_plain_username"] = settings.kafka_sasl_username
-        opts["sasl_plain_password"] = (
-            settings.kafka_sasl_password.get_secret_value()
-            if settings.kafka_sasl_password
-            else None
-        )
+    opts = _common_options(settings)
     ctx = ssl_context(settings)
     if ctx is not None:
         opts["ssl_context"] = ctx
