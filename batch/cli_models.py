@@ -17,7 +17,6 @@ console = Console(stderr=True)
 KIND_HELP = "extratrees, ngboost, hgb, negbin or hurdle"
 
 
-
 def _progress_step():  # type: ignore[no-untyped-def]
     """A context manager per stage: a spinner while it runs, its time when done."""
     import time
@@ -118,13 +117,20 @@ def register(app: typer.Typer) -> None:
         ] = "extratrees,ngboost,hgb,negbin,hurdle",
         quick: Annotated[
             bool,
-            typer.Option(help="Histories 0, 1, 8 and feature sets SP, LBLA only; small samples."),
+            typer.Option(
+                help="Histories 0, 1, 8 and feature sets SP, SP+semantic, LBLA only; small samples."
+            ),
         ] = False,
     ) -> None:
         """Reproduce the paper's experiments (NL by history and feature set, LCR, rankings,
         count models) as a report: experiment.md / experiment.html, CSVs and plots in OUT."""
         from batch.evaluate import load_rows
-        from batch.experiment import ExperimentConfig, run_experiment
+        from batch.experiment import (
+            ExperimentConfig,
+            run_events_file,
+            run_experiment,
+            semantic_rows,
+        )
         from batch.models import KINDS
 
         kinds = tuple(k.strip() for k in models.split(",") if k.strip())
@@ -145,6 +151,8 @@ def register(app: typer.Typer) -> None:
             run = out / "run"
             with step("replaying"):
                 replay(events, run, progress=False)
+        else:
+            events = run_events_file(run)
         config = ExperimentConfig(
             holdout_crawls=holdout_crawls,
             grid_trees=grid_trees,
@@ -154,7 +162,7 @@ def register(app: typer.Typer) -> None:
             **(
                 {
                     "histories": (0, 1, 8),
-                    "feature_sets": ("SP", "LBLA"),
+                    "feature_sets": ("SP", "SP+semantic", "LBLA"),
                     "ranking_rows": 20_000,
                     "ngboost_rows": 2_000,
                     "ngboost_estimators": 100,
@@ -174,7 +182,16 @@ def register(app: typer.Typer) -> None:
             ctx.__enter__()
             current.append(ctx)
 
-        result = run_experiment(load_rows(run), out, config, step=progress)
+        rows = load_rows(run)
+        if events is None:
+            console.print(
+                f"[yellow]note:[/] the events file of {run} is missing (summary.json): "
+                "skipping feature set SP+semantic"
+            )
+        else:
+            with step(f"semantic columns from {events.name}"):
+                rows = semantic_rows(rows, events, seed=seed)
+        result = run_experiment(rows, out, config, step=progress)
         if current:
             current.pop().__exit__(None, None, None)
         ranking = result.tables["ranking"]

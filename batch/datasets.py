@@ -13,47 +13,68 @@ from labels that existed when it is used, so:
 
 Feature sets are the paper's, by name (`online.features.FEATURE_SETS`): ``SP``, ``SP+SN``,
 ``SP+SN+DP+DN``, ``SP+SN+DP+DN/h`` with history h = 0..8 (``/h3`` is accepted for ``/3``),
-``LBLA``, ``LB``, ``LA``.
+``LBLA``, ``LB``, ``LA``; and ``SP+semantic``: SP plus the ``sem_*`` columns that
+`add_semantic_columns` derives from the events file (the feature rows carry no embedding).
 
 >>> resolve_feature_set("SP+SN+DP+DN/h2")
 'SP+SN+DP+DN/2'
 >>> feature_columns(["sp_content_size", "dp_new_internal_1", "label_new_internal"], "SP")
 ['sp_content_size']
+>>> feature_columns(["sem_1", "sp_content_size", "sem_0", "sem_10"], "SP+semantic")
+['sp_content_size', 'sem_0', 'sem_1', 'sem_10']
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from batch.evaluate import targets
+from online.embedding import HashingTextEmbedder
+from online.events import DEFAULT_EMBEDDING_DIM
 from online.features import FEATURE_SETS, feature_names
 
 __all__ = [
     "DEFAULT_FEATURE_SET",
+    "SEMANTIC_FEATURE_SET",
     "TrainingSet",
+    "add_semantic_columns",
     "feature_columns",
     "labelled",
     "resolve_feature_set",
     "run_history",
+    "semantic_columns",
     "split_by_time",
     "training_set",
 ]
 
 DEFAULT_FEATURE_SET = "SP+SN+DP+DN"
 LABEL_COLUMNS = ("label_new_internal", "label_new_external", "label_interval_days")
+#: SP plus the page's semantic embedding (``sem_*`` columns, batch side only: see
+#: `add_semantic_columns`); the online scorers cannot compute it.
+SEMANTIC_FEATURE_SET = "SP+semantic"
+SEMANTIC_PREFIX = "sem_"
+_BATCH_ONLY_SETS = (SEMANTIC_FEATURE_SET,)
 
 
 def resolve_feature_set(name: str) -> str:
     """The canonical name of a feature set; ValueError lists the known ones."""
     canonical = name.replace("/h", "/")
-    if canonical not in FEATURE_SETS:
-        raise ValueError(f"unknown feature set {name!r}; choose one of {list(FEATURE_SETS)}")
+    if canonical not in FEATURE_SETS and canonical not in _BATCH_ONLY_SETS:
+        known = [*FEATURE_SETS, *_BATCH_ONLY_SETS]
+        raise ValueError(f"unknown feature set {name!r}; choose one of {known}")
     return canonical
+
+
+def semantic_columns(columns: Sequence[str]) -> list[str]:
+    """The ``sem_<j>`` columns of a table, by component number."""
+    sem = [c for c in columns if c.startswith(SEMANTIC_PREFIX) and c[4:].isdigit()]
+    return sorted(sem, key=lambda c: int(c[4:]))
 
 
 def run_history(columns: Sequence[str]) -> int:
@@ -65,7 +86,85 @@ def feature_columns(columns: Sequence[str], feature_set: str = DEFAULT_FEATURE_S
     """The columns of ``feature_set`` that a table with ``columns`` has, in feature order."""
     have = set(columns)
     names = [n for n in feature_names(max(run_history(columns), 0)) if n in have]
-    return FEATURE_SETS[resolve_feature_set(feature_set)](names)
+    canonical = resolve_feature_set(feature_set)
+    if canonical == SEMANTIC_FEATURE_SET:
+        sem = semantic_columns(columns)
+        if not sem:
+            raise ValueError(
+                f"feature set {SEMANTIC_FEATURE_SET!r} needs sem_* columns, which the replay's "
+                "feature rows do not carry: run with the events file to add semantic columns "
+                "(batch.datasets.add_semantic_columns)"
+            )
+        return FEATURE_SETS["SP"](names) + sem
+    return FEATURE_SETS[canonical](names)
+
+
+def _fetch_millis(fetched_at: pd.Series) -> np.ndarray:
+    """Epoch milliseconds of a (tz-aware) timestamp column, as the replay rounds them."""
+    ts = pd.to_datetime(fetched_at, utc=True)
+    return ((ts - pd.Timestamp(0, tz="UTC")) // pd.Timedelta(milliseconds=1)).to_numpy(np.int64)
+
+
+def add_semantic_columns(
+    df: pd.DataFrame,
+    events_file: Path | str,
+    components: int = 16,
+    seed: int = 0,
+    *,
+    embedding_dim: int = DEFAULT_EMBEDDING_DIM,
+    parallel: bool = False,
+) -> pd.DataFrame:
+    """``df`` with ``sem_0 .. sem_{components-1}``: each fetch's embedding, reduced by PCA.
+
+    The events file (JSON Lines, .gz allowed) is read the way the replay reads it
+    (`streams.reader.read_batches`: same validation and URL normalisation), and each fetch's
+    vector is the pipeline's: the event's ``embedding`` as a unit vector when present, else
+    `HashingTextEmbedder` (``embedding_dim``) on its ``text``, else none. Rows are joined on
+    (normalised url, fetched_at in ms); a repeated (url, time) keeps its first event, as the
+    pipeline applies the first and drops the duplicate. Rows without a vector (or without a
+    matching event) get NaN in every ``sem_*`` column.
+
+    The PCA (sklearn, ``random_state=seed``) is fitted on the vectors of all rows of ``df``,
+    held-out crawls included. That is unsupervised (it never sees a label), so it leaks no
+    target; it is the simplest honest choice. Components beyond what the vectors allow
+    (fewer vectors than ``components``) are NaN, so the columns are the same for any run.
+    """
+    from sklearn.decomposition import PCA
+
+    from streams.reader import read_batches
+
+    if components < 1:
+        raise ValueError(f"components must be >= 1, got {components}")
+    out = df.drop(columns=semantic_columns(df.columns))
+    keys = list(zip(out["url"].tolist(), _fetch_millis(out["fetched_at"]).tolist(), strict=True))
+    wanted = set(keys)
+    embedder = HashingTextEmbedder(dim=embedding_dim)
+    vectors: dict[tuple[str, int], np.ndarray | None] = {}
+    by_text: dict[tuple[str, int], np.ndarray | None] = {}  # (url, source_fp): unchanged text
+    for batch in read_batches(Path(events_file), embedding_dim=embedding_dim, parallel=parallel):
+        for fetch in batch.fetches:
+            key = (fetch.url, round(fetch.timestamp * 1000))
+            if key not in wanted or key in vectors:
+                continue
+            vec = fetch.unit_vector()
+            if vec is None and fetch.text:
+                text_key = (fetch.url, fetch.source_fp)
+                if text_key not in by_text:
+                    by_text[text_key] = embedder.embed(fetch.text)
+                vec = by_text[text_key]
+            vectors[key] = vec
+    have = [i for i, k in enumerate(keys) if vectors.get(k) is not None]
+    sem = np.full((len(out), components), np.nan)
+    if have:
+        matrix = np.stack([vectors[keys[i]] for i in have]).astype(np.float64)
+        k = min(components, matrix.shape[0], matrix.shape[1])
+        sem[have, :k] = PCA(n_components=k, random_state=seed).fit_transform(matrix)
+    sem_frame = pd.DataFrame(
+        sem.astype(np.float32),
+        columns=[f"{SEMANTIC_PREFIX}{j}" for j in range(components)],
+        index=out.index,
+    )
+    return pd.concat([out, sem_frame], axis=1)
 
 
 def labelled(df: pd.DataFrame) -> pd.DataFrame:

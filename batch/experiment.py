@@ -6,6 +6,8 @@ training label was observed before the first held-out fetch) and measures on the
 1. NL classification (ExtraTreesClassifier, balanced classes; F1, balanced accuracy, recall,
    precision per side) by history size h = 0..H (feature set ``SP+SN+DP+DN/h``) and by feature
    set, against the NNL-Pr baseline (a new link last interval => a new link next);
+   ``SP+semantic`` needs the ``sem_*`` columns (`add_semantic_columns`, from the run's events
+   file: `semantic_rows`) and is skipped, with a note, without them;
 2. LCR regression (ExtraTreesRegressor) by feature set: R², MAE, Spearman, against the page's
    own past LCR;
 3. the ranking comparison: yield@budget, P@k% AUC and Spearman per held-out round for the batch
@@ -41,7 +43,15 @@ import numpy as np
 import pandas as pd
 from sklearn.ensemble import ExtraTreesClassifier, ExtraTreesRegressor
 
-from batch.datasets import TrainingSet, run_history, split_by_time, training_set
+from batch.datasets import (
+    SEMANTIC_FEATURE_SET,
+    TrainingSet,
+    add_semantic_columns,
+    run_history,
+    semantic_columns,
+    split_by_time,
+    training_set,
+)
 from batch.evaluate import Prediction, evaluate_arrays, ranking_predictions
 from batch.metrics import (
     PERCENTS,
@@ -55,11 +65,19 @@ from batch.metrics import (
 from batch.models import LinkModel, calibration_table, permutation_importances
 from batch.report import _CSS, _curve_figure, _html_table, _md_table, _save, format_value
 from batch.train import model_prediction
+from streams.rundir import SUMMARY_FILE
 
-__all__ = ["ExperimentConfig", "ExperimentResult", "run_experiment"]
+__all__ = [
+    "ExperimentConfig",
+    "ExperimentResult",
+    "run_events_file",
+    "run_experiment",
+    "semantic_rows",
+]
 
 SIDES = ("internal", "external")
-PAPER_FEATURE_SETS = ("SP", "SP+SN", "SP+SN+DP+DN", "LBLA", "LB", "LA")
+PAPER_FEATURE_SETS = ("SP", SEMANTIC_FEATURE_SET, "SP+SN", "SP+SN+DP+DN", "LBLA", "LB", "LA")
+SEMANTIC_COMPONENTS = 16
 RANKING_SCORERS = ("nnl-pr", "nnl-av", "ccr", "lbla")
 LEARNED = ("extratrees", "ngboost", "hgb", "negbin", "hurdle")
 BUDGETS = (0.01, 0.05, 0.10, 0.20)
@@ -260,6 +278,35 @@ def _importance_figure(imp: pd.DataFrame, model: str) -> plt.Figure:
 # ----------------------------------------------------------------------- the experiment
 
 
+def run_events_file(run_dir: Path | str) -> Path | None:
+    """The events file a replay run was made from (``summary.json``), if it still exists."""
+    summary = Path(run_dir) / SUMMARY_FILE
+    if not summary.exists():
+        return None
+    name = json.loads(summary.read_text()).get("events_file")
+    if not name:
+        return None
+    path = Path(name)
+    # a relative name is relative to where the replay ran; try there, then beside the run
+    candidates = [path] if path.is_absolute() else [path, Path(run_dir).parent / path.name]
+    return next((p for p in candidates if p.is_file()), None)
+
+
+def semantic_rows(
+    df: pd.DataFrame,
+    events_file: Path | str | None,
+    *,
+    components: int = SEMANTIC_COMPONENTS,
+    seed: int = 0,
+    note: Callable[[str], None] = lambda _text: None,
+) -> pd.DataFrame:
+    """``df`` with the ``sem_*`` columns from ``events_file``; unchanged (and a note) without it."""
+    if events_file is None or not Path(events_file).is_file():
+        note(f"no events file ({events_file}): skipping feature set {SEMANTIC_FEATURE_SET}")
+        return df
+    return add_semantic_columns(df, events_file, components=components, seed=seed)
+
+
 def _cells(df: pd.DataFrame, columns: Sequence[str]) -> tuple[list[str], list[list[str]]]:
     rows = []
     for _, r in df.iterrows():
@@ -308,7 +355,12 @@ def run_experiment(
         tr, te = sets(f"SP+SN+DP+DN/{h}")
         for rec in _nl_rows("ExtraTrees", "history", _nl_scores(tr, te, config)):
             nl_records.append({**rec, "history": h, "feature_set": f"SP+SN+DP+DN/{h}"})
-    for name in config.feature_sets:
+    feature_sets = list(config.feature_sets)
+    if SEMANTIC_FEATURE_SET in feature_sets and not semantic_columns(df.columns):
+        step(f"skipping {SEMANTIC_FEATURE_SET}: no sem_* columns (run with the events file)")
+        feature_sets.remove(SEMANTIC_FEATURE_SET)
+        split_info["skipped feature sets"] = SEMANTIC_FEATURE_SET + " (no events file)"
+    for name in feature_sets:
         step(f"NL classification, feature set {name}")
         tr, te = sets(name)
         if not tr.feature_names:
@@ -324,7 +376,7 @@ def run_experiment(
         {"model": "own past LCR (dp_lcr)", "feature_set": "-", "side": side, **v}
         for side, v in _own_lcr(test_rows, test_full).items()
     ]
-    for name in config.feature_sets:
+    for name in feature_sets:
         tr, te = sets(name)
         if not tr.feature_names:
             continue
@@ -505,7 +557,13 @@ def _sections(
     fs = pd.concat([base.assign(feature_set="-"), nl[nl["group"] == "feature set"]])
     header, rows = _cells(fs, ["feature_set", *cols])
     out.append(
-        ("NL classification by feature set", "As above, by named feature set.", header, rows)
+        (
+            "NL classification by feature set",
+            "As above, by named feature set. SP+semantic: SP plus the page's embedding reduced "
+            "by PCA (sem_*, fitted on all fetched vectors, no labels).",
+            header,
+            rows,
+        )
     )
     header, rows = _cells(
         tables["lcr_regression"], ["model", "feature_set", "side", "n", "r2", "mae", "spearman"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
@@ -151,3 +152,8 @@ def test_experiment_command(run_dir: Path, tmp_path: Path) -> None:
     )
     assert result.exit_code == 0, result.output
     assert "yield@10%" in result.output and (tmp_path / "e" / "experiment.html").exists()
+    # the run's summary.json names its events file: --quick adds SP+semantic to both tables
+    for table in ("nl_classification", "lcr_regression"):
+        sets = set(pd.read_csv(tmp_path / "e" / f"{table}.csv")["feature_set"])
+        assert {"SP", "SP+semantic", "LBLA"} <= sets, table
+    assert "SP+semantic" in (tmp_path / "e" / "experiment.md").read_text()
