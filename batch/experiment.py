@@ -308,6 +308,9 @@ def semantic_rows(
 
 
 def _cells(df: pd.DataFrame, columns: Sequence[str]) -> tuple[list[str], list[list[str]]]:
+    """Table cells; a metric no row could be scored on (e.g. LCR when no held-out page has
+    two intervals) is left out rather than failing the report."""
+    columns = [c for c in columns if c in df.columns]
     rows = []
     for _, r in df.iterrows():
         rows.append([r[c] if isinstance(r[c], str) else format_value(r[c]) for c in columns])
