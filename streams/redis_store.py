@@ -34,7 +34,6 @@ from streams.stores import (
     PageWrites,
     row_from_bytes,
     row_to_bytes,
-    stats_from_bytes,
     stats_to_bytes,
 )
 
@@ -87,6 +86,9 @@ return {written, skipped}
 """
 
 
+STATS_BYTES = 4 * N_STATS
+
+
 class RedisPageStore:
     """`PageStore` on Redis (see the module docstring for keys and guarantees).
 
@@ -135,9 +137,17 @@ class RedisPageStore:
     def get_stats(self, page_ids: np.ndarray) -> np.ndarray:
         out = np.full((len(page_ids), N_STATS), np.nan, dtype=np.float32)
         blobs = self._mget([self._pid_key("t", p) for p in page_ids.tolist()])
-        for i, blob in enumerate(blobs):
-            if blob:
-                out[i] = stats_from_bytes(blob)
+        present = [i for i, blob in enumerate(blobs) if blob]
+        if present:
+            # One buffer for all rows: ~10k rows per batch, so no per-row parsing.
+            joined = b"".join(blobs[i] for i in present)  # type: ignore[misc]
+            if len(joined) != len(present) * STATS_BYTES:
+                bad = next(i for i in present if len(blobs[i]) != STATS_BYTES)  # type: ignore[arg-type]
+                raise ValueError(
+                    f"stats row of page {int(page_ids[bad])} has {len(blobs[bad])} bytes, "  # type: ignore[arg-type]
+                    f"expected {STATS_BYTES}"
+                )
+            out[present] = np.frombuffer(joined, dtype="<f4").reshape(len(present), N_STATS)
         return out
 
     def get_rows(self, page_ids: Sequence[int]) -> list[np.ndarray | None]:

@@ -117,3 +117,15 @@ def test_learner_written_with_pages_and_ttl(client):
         assert other.get_learner() is None
     finally:
         store.delete_all()
+
+
+def test_stats_of_mixed_known_unknown_and_corrupt_pages(store, client):
+    rows = np.arange(3 * N_STATS, dtype=np.float32).reshape(3, N_STATS)
+    for pid, row in zip((5, 7, 9), rows, strict=True):
+        client.set(f"{store.prefix}t:{pid}", row.astype("<f4").tobytes())
+    got = store.get_stats(np.array([7, 1, 5, 9, 7], dtype=np.int64))
+    assert np.array_equal(got[[0, 2, 3, 4]], rows[[1, 0, 2, 1]])
+    assert np.isnan(got[1]).all()
+    client.set(f"{store.prefix}t:11", b"\x00" * 7)
+    with pytest.raises(ValueError, match="stats row"):
+        store.get_stats(np.array([5, 11], dtype=np.int64))
