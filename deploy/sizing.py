@@ -25,13 +25,14 @@ import os
 import resource
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 from collections import defaultdict
 from pathlib import Path
+
+from streams.kafka_io import free_port, wait_for_port
 
 BIN = Path(sys.executable).parent
 
@@ -89,23 +90,6 @@ def index(pages: int, dim: int = 192, seed: int = 0) -> dict[str, float]:
 # -- live -------------------------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait_port(port: int, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return
-        except OSError:
-            time.sleep(0.1)
-    raise TimeoutError(port)
-
-
 def _stop(proc: subprocess.Popen) -> None:
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)
@@ -124,7 +108,7 @@ def live(pages: int, crawls: int, workers: int, quiet_seconds: float = 15) -> di
         (Path(__file__).resolve().parents[1] / "docker-compose.yml").read_text()
     )
     tmp = Path(tempfile.mkdtemp(prefix="lookaround-sizing-"))
-    kport, rport = _free_port(), _free_port()
+    kport, rport = free_port(), free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("LOOKAROUND_")}
     for key, value in compose["services"]["worker-1"]["environment"].items():
         env[key] = str(value)
@@ -145,10 +129,10 @@ def live(pages: int, crawls: int, workers: int, quiet_seconds: float = 15) -> di
 
     try:
         start([str(BIN / "lookaround"), "broker", "--port", str(kport)])
-        _wait_port(kport)
+        wait_for_port(kport, timeout=30.0)
         redis_cmd = compose["services"]["redis"]["command"]
         start([*redis_cmd, "--port", str(rport), "--bind", "127.0.0.1", "--dir", str(tmp)])
-        _wait_port(rport)
+        wait_for_port(rport, timeout=30.0)
         client = redis.Redis(port=rport)
         used_before = int(client.info("memory")["used_memory"])
         subprocess.run(
@@ -185,7 +169,7 @@ def live(pages: int, crawls: int, workers: int, quiet_seconds: float = 15) -> di
             start(
                 [str(BIN / "lookaround"), "worker"],
                 LOOKAROUND_WORKER_ID=f"worker-{i + 1}",
-                LOOKAROUND_WEB_PORT=str(_free_port()),
+                LOOKAROUND_WEB_PORT=str(free_port()),
             )
         consumer = KafkaConsumer(
             env.get("LOOKAROUND_TOPIC_PRIORITIES", "lookaround.priorities"),

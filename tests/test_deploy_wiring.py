@@ -20,7 +20,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -32,6 +31,8 @@ from typing import Any
 
 import pytest
 import yaml
+
+from streams.kafka_io import free_port, wait_for_port
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSE = ROOT / "docker-compose.yml"
@@ -55,23 +56,6 @@ def _require(commands: tuple[str, ...], what: str) -> None:
         pytest.skip(f"{what} not available: lookaround {', '.join(missing)} missing")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait_port(port: int, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return
-        except OSError:
-            time.sleep(0.1)
-    raise TimeoutError(f"nothing listens on 127.0.0.1:{port}")
-
-
 def _stop(proc: subprocess.Popen, grace: float = 30.0) -> None:
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)
@@ -88,8 +72,8 @@ class Stack:
     def __init__(self, compose: dict[str, Any], tmp: Path) -> None:
         self.compose = compose
         self.tmp = tmp
-        self.kafka_port = _free_port()
-        self.redis_port = _free_port()
+        self.kafka_port = free_port()
+        self.redis_port = free_port()
         self.hosts = {
             "kafka:9092": f"127.0.0.1:{self.kafka_port}",
             "redis:6379": f"127.0.0.1:{self.redis_port}",
@@ -203,7 +187,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     try:
         # Kafka: a local Tansu broker instead of apache/kafka.
         s.start("kafka", [str(s.bin / "lookaround"), "broker", "--port", str(s.kafka_port)])
-        _wait_port(s.kafka_port)
+        wait_for_port(s.kafka_port, timeout=30.0)
         # Redis: the compose service's own command (AOF on), on a free port, data in a temp dir.
         redis_dir = s.volume_dir("redis-data")
         s.start(
@@ -213,7 +197,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
                 *("--port", str(s.redis_port), "--bind", "127.0.0.1", "--dir", str(redis_dir)),
             ],
         )
-        _wait_port(s.redis_port)
+        wait_for_port(s.redis_port, timeout=30.0)
         yield s
     finally:
         s.close()
@@ -230,7 +214,7 @@ def workers(stack: Stack) -> dict[str, int]:
         if svc.get("command") == ["worker"] and n.startswith("worker")
     ]
     assert len(names) >= 2
-    ports = {name: _free_port() for name in names}
+    ports = {name: free_port() for name in names}
     for name in names:
         stack.start(name, LOOKAROUND_WEB_PORT=str(ports[name]))
     deadline = time.monotonic() + 180
