@@ -224,16 +224,11 @@ def _print_summary(summary, out: Path) -> None:  # type: ignore[no-untyped-def]
 
 def _register_command_groups() -> None:
     """Commands kept in their own modules (live pipeline, models), added to the one app."""
-    import importlib
+    from batch import cli_models
+    from streams import cli_live
 
-    for module in ("streams.cli_live", "batch.cli_models"):
-        try:
-            mod = importlib.import_module(module)
-        except ModuleNotFoundError as exc:
-            if exc.name != module:
-                raise
-            continue
-        mod.register(app)
+    cli_live.register(app)
+    cli_models.register(app)
 
 
 _register_command_groups()
