@@ -11,19 +11,14 @@ from typer.testing import CliRunner
 
 from batch.evaluate import load_rows
 from batch.experiment import ExperimentConfig, run_experiment
-from batch.generate import GeneratorConfig, write_events
+from batch.generate import GeneratorConfig
 from batch.registry import ModelRegistry
 from streams.cli import app
-from streams.replay import replay
 
 
 @pytest.fixture(scope="module")
-def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    base = tmp_path_factory.mktemp("batch-cli")
-    events = base / "events.jsonl.gz"
-    write_events(events, GeneratorConfig(pages=400, crawls=6, seed=2), progress=False)
-    replay(events, base / "run", progress=False)
-    return base / "run"
+def run_dir(generated_run) -> Path:
+    return generated_run("batch-cli", GeneratorConfig(pages=400, crawls=6, seed=2))[1]
 
 
 def test_train_registers_a_model_with_held_out_scores(run_dir: Path, tmp_path: Path) -> None:

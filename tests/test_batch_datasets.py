@@ -16,17 +16,12 @@ from batch.datasets import (
     training_set,
 )
 from batch.evaluate import load_rows
-from batch.generate import GeneratorConfig, write_events
-from streams.replay import replay
+from batch.generate import GeneratorConfig
 
 
 @pytest.fixture(scope="module")
-def rows(tmp_path_factory: pytest.TempPathFactory) -> pd.DataFrame:
-    base = tmp_path_factory.mktemp("datasets")
-    events = base / "events.jsonl.gz"
-    write_events(events, GeneratorConfig(pages=300, crawls=6, seed=3), progress=False)
-    replay(events, base / "run", progress=False)
-    return load_rows(base / "run")
+def rows(generated_run) -> pd.DataFrame:
+    return load_rows(generated_run("datasets", GeneratorConfig(pages=300, crawls=6, seed=3))[1])
 
 
 def test_only_labelled_rows(rows: pd.DataFrame) -> None:

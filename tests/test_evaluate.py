@@ -17,9 +17,8 @@ from batch.evaluate import (
     summarise,
     targets,
 )
-from batch.generate import GeneratorConfig, write_events
+from batch.generate import GeneratorConfig
 from online import scoring
-from streams.replay import replay
 
 RANKING_METRICS = [
     "spearman",
@@ -33,12 +32,8 @@ RANKING_METRICS = [
 
 
 @pytest.fixture(scope="module")
-def rows(tmp_path_factory: pytest.TempPathFactory) -> pd.DataFrame:
-    base = tmp_path_factory.mktemp("eval")
-    events = base / "events.jsonl.gz"
-    write_events(events, GeneratorConfig(pages=300, crawls=4, seed=1), progress=False)
-    replay(events, base / "run", progress=False)
-    return load_rows(base / "run")
+def rows(generated_run) -> pd.DataFrame:
+    return load_rows(generated_run("eval", GeneratorConfig(pages=300, crawls=4, seed=1))[1])
 
 
 @pytest.fixture(scope="module")

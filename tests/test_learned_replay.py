@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from batch.generate import GeneratorConfig, write_events
+from batch.generate import GeneratorConfig
 from batch.registry import ModelRegistry
 from batch.train import train_and_register
 from streams.cli import app
@@ -17,13 +17,11 @@ from streams.replay import read_priorities, replay
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory) -> tuple[Path, Path, str]:
-    root = tmp_path_factory.mktemp("learned")
-    events = root / "crawl.jsonl.gz"
-    write_events(events, GeneratorConfig(pages=400, crawls=5, seed=4))
-    replay(events, root / "lbla", scorer="lbla", progress=False)
-    result = train_and_register(root / "lbla", ModelRegistry(root / "models"), kind="hgb")
-    return events, root / "models", result.artifact.version
+def trained(generated_run) -> tuple[Path, Path, str]:
+    events, run = generated_run("learned", GeneratorConfig(pages=400, crawls=5, seed=4), "lbla")
+    registry = run.parent / "models"
+    result = train_and_register(run, ModelRegistry(registry), kind="hgb")
+    return events, registry, result.artifact.version
 
 
 def test_batch_and_ensemble_replays_use_the_registered_model(trained, tmp_path) -> None:

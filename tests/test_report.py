@@ -8,7 +8,7 @@ import orjson
 import pytest
 from typer.testing import CliRunner
 
-from batch.generate import GeneratorConfig, write_events
+from batch.generate import GeneratorConfig
 from batch.report import NO_NEW_LINKS, ReportResult, write_report
 from streams.cli import app
 from streams.replay import replay
@@ -17,13 +17,8 @@ RANKINGS = ["lbla", "nnl-pr", "nnl-av", "ccr", "random", "oracle"]
 
 
 @pytest.fixture(scope="module")
-def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("report")
-    events = root / "events.jsonl.gz"
-    write_events(events, GeneratorConfig(pages=300, crawls=4, seed=2), progress=False)
-    out = root / "run"
-    replay(events, out, progress=False)
-    return out
+def run_dir(generated_run) -> Path:
+    return generated_run("report", GeneratorConfig(pages=300, crawls=4, seed=2))[1]
 
 
 @pytest.fixture(scope="module")
