@@ -15,7 +15,7 @@ crawl, found among few others, get real neighbours later); never on every event.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 import numpy as np
@@ -252,6 +252,7 @@ class PagePipeline:
             else:
                 scores = self.scorer.score_matrix(matrix, self._columns)
             stamp = _iso(self.clock())
+            scores = _with_rate(scores)
             waits = self._next_fetch_days(scores, len(applied))
             for a, (r, score) in enumerate(zip(applied, _score_rows(scores), strict=True)):
                 r.row = matrix[a]
@@ -498,14 +499,9 @@ class PagePipeline:
 
     def _next_fetch_days(self, scores: Scores, n: int) -> list[float | None]:
         """Suggested days to the next fetch per row (None where no rate is estimated)."""
-        rate = scores.rate_per_day
-        if rate is None and scores.expected_new_internal is not None:
-            rate = (scores.expected_new_internal + scores.expected_new_external) / (  # type: ignore[operator]
-                DEFAULT_HORIZON_DAYS
-            )
-        if rate is None:
+        if scores.rate_per_day is None:
             return [None] * n
-        rate = np.round(rate, 6)  # the published rate, so the suggestion follows from it
+        rate = np.round(scores.rate_per_day, 6)  # the published rate: the suggestion follows it
         return next_fetch_days(rate, **self.config.revisit).tolist()
 
     def _priority(
@@ -517,9 +513,6 @@ class PagePipeline:
         a: int,
         wait_days: float | None,
     ) -> dict:
-        rate = score[4]
-        if rate is None and score[1] is not None and score[2] is not None:
-            rate = round((score[1] + score[2]) / DEFAULT_HORIZON_DAYS, 6)
         next_fetch = None
         if wait_days is not None:
             next_fetch = _iso(event.fetched_at + timedelta(days=wait_days))
@@ -532,7 +525,7 @@ class PagePipeline:
             "expected_new_internal": score[1],
             "expected_new_external": score[2],
             "p_new": score[3],
-            "rate_per_day": rate,
+            "rate_per_day": score[4],
             "next_fetch_at": next_fetch,
             "reasons": reasons,
             "scorer": {
@@ -543,6 +536,14 @@ class PagePipeline:
             "crawl": event.crawl,
             "status": event.status,
         }
+
+
+def _with_rate(scores: Scores) -> Scores:
+    """A scorer that estimates counts but no rate (the formulas) gets counts / horizon."""
+    internal, external = scores.expected_new_internal, scores.expected_new_external
+    if scores.rate_per_day is not None or internal is None or external is None:
+        return scores
+    return replace(scores, rate_per_day=(internal + external) / DEFAULT_HORIZON_DAYS)
 
 
 def _score_rows(scores: Scores) -> list[tuple]:
