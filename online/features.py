@@ -24,8 +24,8 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from online.history import DEFAULT_HISTORY, NAN, SN_FIELDS, SP_FIELDS, PageState
-from online.links import LinkInfo, domain_depth, url_path_depth
+from online.history import DEFAULT_HISTORY, SN_FIELDS, SP_FIELDS, Interval, PageState
+from online.links import LinkInfo, link_info
 
 #: Per-page stats that related pages contribute (one float32 row per page in the stats store).
 #: Dynamic columns are NaN until the page has at least one interval.
@@ -105,7 +105,15 @@ def _depths(url: str) -> tuple[float, float]:
     if depths is None:
         if len(_DEPTHS) > 1 << 20:
             _DEPTHS.clear()
-        depths = _DEPTHS[url] = (float(url_path_depth(url)), float(domain_depth(url)))
+        info = link_info(url)
+        # The normalised URL always has a path: it starts at the first '/' after '://'.
+        rest = info.url.partition("://")[2]
+        path = rest[rest.find("/") :].partition("?")[0]
+        depths = (
+            float(sum(1 for part in path.split("/") if part)),
+            float(info.site.count(".") + 1),
+        )
+        _DEPTHS[url] = depths
     return depths
 
 
@@ -114,48 +122,78 @@ def own_features(state: PageState, page: LinkInfo, history: int = DEFAULT_HISTOR
 
     Lags run from the most recent interval (1) back to ``history``.
     """
-    window = state.window[-history:] if history > 0 else ()
-    n = len(window)
-    recent = window[::-1]
-    pad = [NAN] * (history - n)
-    new_int = [float(iv.new_internal) for iv in recent]
-    new_ext = [float(iv.new_external) for iv in recent]
-    changed = [float(iv.content_changed) for iv in recent]
-    days = [iv.days for iv in recent]
-    if n:
-        total_days = sum(days)
-        sum_int, sum_ext = sum(new_int), sum(new_ext)
-        aggregates = [
-            float(n),
-            float(state.fetches),
-            float(state.errors),
-            sum_int / n,
-            sum_ext / n,
-            sum(1.0 for x in new_int if x) / n,
-            sum(1.0 for x in new_ext if x) / n,
-            sum(changed) / n,
-            total_days / n,
-            sum_int / total_days if total_days > 0 else NAN,
-            sum_ext / total_days if total_days > 0 else NAN,
-            float(next((i for i in range(n) if new_int[i] or new_ext[i]), n)),
-        ]
-    else:
-        aggregates = [0.0, float(state.fetches), float(state.errors)] + [NAN] * 9
-    return [
-        *state.sp,
-        *_depths(page.url),
-        *state.sn,
-        *state.sp_previous,
-        *new_int,
-        *pad,
-        *new_ext,
-        *pad,
-        *changed,
-        *pad,
-        *days,
-        *pad,
-        *aggregates,
-    ]
+    return own_feature_matrix([state], [page.url], history)[0].tolist()
+
+
+def own_feature_matrix(
+    states: Sequence[PageState], urls: Sequence[str], history: int = DEFAULT_HISTORY
+) -> np.ndarray:
+    """`own_features` of many pages as one (n, n_own) float64 matrix.
+
+    Column arithmetic over the batch instead of list building per page: sums run over the
+    lags in a fixed order (most recent first), so a row is the same whatever the batch.
+    """
+    n_rows, h = len(states), max(history, 0)
+    lens = np.zeros(n_rows, dtype=np.int64)
+    flat: list[Interval] = []
+    head = []
+    for i, state in enumerate(states):
+        window = state.window[-h:] if h else ()
+        lens[i] = len(window)
+        flat.extend(reversed(window))
+        head.append((*state.sp, *state.sp_previous, *state.sn, state.fetches, state.errors))
+    top = np.array(head, dtype=np.float64).reshape(n_rows, 2 * len(SP_FIELDS) + len(SN_FIELDS) + 2)
+    lags = np.full((n_rows, h, 4), np.nan)  # new internal, new external, changed, days
+    if flat:
+        rows = np.repeat(np.arange(n_rows), lens)
+        starts = np.cumsum(lens) - lens
+        lag = np.arange(len(flat)) - np.repeat(starts, lens)
+        lags[rows, lag] = np.array(flat, dtype=np.float64)
+    known = ~np.isnan(lags[:, :, 0])
+    zeroed = np.where(known[:, :, None], lags, 0.0)
+    sums = np.zeros((n_rows, 4))
+    changes = np.zeros((n_rows, 2))
+    for j in range(h):  # sequential sums, as Python's sum() over the window
+        sums += zeroed[:, j]
+        changes += zeroed[:, j, :2] != 0
+    n = lens.astype(np.float64)
+    first_change = np.where((zeroed[:, :, 0] != 0) | (zeroed[:, :, 1] != 0), np.arange(h), h).min(
+        axis=1, initial=h
+    )
+    with np.errstate(invalid="ignore", divide="ignore"):
+        per_day = np.where(sums[:, 3:4] > 0, sums[:, :2] / sums[:, 3:4], np.nan)
+        aggregates = np.column_stack(
+            [
+                n,
+                top[:, -2],
+                top[:, -1],
+                sums[:, 0] / n,
+                sums[:, 1] / n,
+                changes[:, 0] / n,
+                changes[:, 1] / n,
+                sums[:, 2] / n,
+                sums[:, 3] / n,
+                per_day,
+                np.minimum(first_change, lens).astype(np.float64),
+            ]
+        )
+    aggregates[lens == 0, 3:] = np.nan
+    n_sp, n_sn = len(SP_FIELDS), len(SN_FIELDS)
+    depths = np.array([_depths(url) for url in urls], dtype=np.float64).reshape(n_rows, 2)
+    return np.concatenate(
+        [
+            top[:, :n_sp],
+            depths,
+            top[:, 2 * n_sp : 2 * n_sp + n_sn],
+            top[:, n_sp : 2 * n_sp],
+            lags[:, :, 0],
+            lags[:, :, 1],
+            lags[:, :, 2],
+            lags[:, :, 3],
+            aggregates,
+        ],
+        axis=1,
+    )
 
 
 def stats_columns(history: int = DEFAULT_HISTORY) -> list[int]:
@@ -191,14 +229,28 @@ def related_features(weights: np.ndarray, stats: np.ndarray) -> np.ndarray:
     neighbours is all NaN. Sums run over neighbours in slot order, the same arithmetic
     for a row whatever the batch size.
     """
-    known = ~np.isnan(stats)
-    w = weights[:, :, None]
-    den = (w * known).sum(axis=1)
-    num = (w * np.where(known, stats, 0.0)).sum(axis=1)
+    b, k = np.shape(weights)
+    versions = np.asarray(stats).reshape(b * k, -1)
+    return related_features_of_versions(weights, versions, np.arange(b * k).reshape(b, k))
+
+
+def related_features_of_versions(
+    weights: np.ndarray, versions: np.ndarray, version: np.ndarray
+) -> np.ndarray:
+    """`related_features` where slot (i, j) holds stats row ``versions[version[i, j]]``
+    (-1: no neighbour). The pipeline's form: each stats row is checked for missing values
+    once, however many pages list it, and no (B, k, N_STATS) NaN-masked copies are made."""
+    known = ~np.isnan(versions)
+    values = np.where(known, versions, 0.0)
+    slot = np.maximum(version, 0)
+    w = np.where(version >= 0, weights, 0.0)
+    # einsum sums each row over k in slot order: the same arithmetic whatever the batch.
+    den = np.einsum("bk,bkf->bf", w, known[slot].astype(np.float64))
+    num = np.einsum("bk,bkf->bf", w, values[slot].astype(np.float64))
     with np.errstate(invalid="ignore", divide="ignore"):
         means = np.where(den > 0, num / den, np.nan)
-    out = np.empty((len(weights), len(RELATED_NAMES)), dtype=np.float64)
-    count = (weights > 0).sum(axis=1).astype(np.float64)
+    out = np.empty((len(w), len(RELATED_NAMES)), dtype=np.float64)
+    count = (w > 0).sum(axis=1).astype(np.float64)
     out[:, 0] = count
     out[:, 1] = den[:, 0]
     out[:, 2:] = means[:, _RELATED_STATS]

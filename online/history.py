@@ -33,8 +33,8 @@ a state kept in memory and one kept in Redis give the same scores.
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, replace
-from typing import Literal
+from bisect import bisect_left
+from typing import Literal, NamedTuple
 
 import numpy as np
 
@@ -53,6 +53,11 @@ SN_FIELDS = ("inlinks_internal", "inlinks_external", "pagerank", "trustrank")
 _F32 = struct.Struct("<f")
 
 
+def _fingerprints(packed: bytes) -> tuple[int, ...]:
+    """Little-endian uint32 fingerprints as ints."""
+    return struct.unpack(f"<{len(packed) // 4}I", packed)
+
+
 def f32(value: float | int | None) -> float:
     """Round to float32 (NaN for missing), the precision the state is stored at."""
     if value is None:
@@ -60,9 +65,9 @@ def f32(value: float | int | None) -> float:
     return _F32.unpack(_F32.pack(value))[0]
 
 
-@dataclass(frozen=True, slots=True)
-class Interval:
-    """What happened to a page between two successful fetches."""
+class Interval(NamedTuple):
+    """What happened to a page between two successful fetches (a tuple: cheap to make and
+    to turn into arrays)."""
 
     new_internal: int
     new_external: int
@@ -74,9 +79,11 @@ class Interval:
         return self.new_internal + self.new_external
 
 
-@dataclass(frozen=True, slots=True)
-class PageState:
-    """Everything lookaround remembers about one page (a few hundred bytes serialised)."""
+class PageState(NamedTuple):
+    """Everything lookaround remembers about one page (a few hundred bytes serialised).
+
+    A named tuple, not a dataclass: one is built per event, and a tuple builds 5x faster.
+    """
 
     last_fetched_at: float
     last_ok_at: float | None = None
@@ -146,8 +153,7 @@ class PageState:
 Kind = Literal["applied", "duplicate", "stale"]
 
 
-@dataclass(frozen=True, slots=True)
-class Emitted:
+class Emitted(NamedTuple):
     """What one event did: applied (maybe closing an interval), or ignored as duplicate/stale."""
 
     kind: Kind
@@ -177,8 +183,7 @@ def update(
         state.sn[3] if fetch.trustrank is None else fetch.trustrank,
     )
     if not fetch.ok:
-        failed = replace(
-            state,
+        failed = state._replace(
             last_fetched_at=ts,
             last_status=fetch.status,
             fetches=state.fetches + 1,
@@ -198,23 +203,21 @@ def update(
     window = state.window
     had_ok = state.last_ok_at is not None
     if had_ok:
-        fps = fetch.fingerprints
-        old = state.fingerprints
-        if len(old) and len(fps):
-            pos = np.searchsorted(old, fps)
-            pos[pos == len(old)] = 0
-            new = old[pos] != fps
+        packed = fetch.outlink_fps
+        if packed == state.outlink_fps:  # the common case: the same outlinks as last time
+            new_internal = new_external = 0
         else:
-            new = np.ones(len(fps), dtype=bool)
-        new_internal = int(np.count_nonzero(new & fetch.internal_flags))
+            fps = _fingerprints(packed)  # sorted, unique
+            new = set(fps).difference(_fingerprints(state.outlink_fps))
+            flags = fetch.outlink_internal
+            new_internal = sum(flags[bisect_left(fps, fp)] for fp in new)
+            new_external = len(new) - new_internal
         content_fp = fetch.content_digest_fp
         interval = Interval(
-            new_internal=new_internal,
-            new_external=int(np.count_nonzero(new)) - new_internal,
-            content_changed=bool(
-                content_fp and state.content_fp and content_fp != state.content_fp
-            ),
-            days=f32((ts - state.last_ok_at) / SECONDS_PER_DAY),  # type: ignore[operator]
+            new_internal,
+            new_external,
+            bool(content_fp and state.content_fp and content_fp != state.content_fp),
+            f32((ts - state.last_ok_at) / SECONDS_PER_DAY),  # type: ignore[operator]
         )
         window = (*window, interval)[-history:] if history > 0 else ()
     new_state = PageState(
@@ -237,7 +240,7 @@ def update(
 
 def with_embedding(state: PageState, embedding_fp: int) -> PageState:
     """Record which embedding the page's related pages were last computed from."""
-    return replace(state, embedding_fp=embedding_fp)
+    return state._replace(embedding_fp=embedding_fp)
 
 
 # -- compact serialisation ------------------------------------------------------------------

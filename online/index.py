@@ -223,6 +223,11 @@ class FaissIndex:
     in IVF mode an upsert is applied as the equivalent sequence of single-page updates
     (removes, the only order-changing operation there, are applied one id at a time).
 
+    Defaults are set for a pipeline sharing its cores: ``nprobe=16`` of 512 lists at 100,000
+    generated pages gives recall@30 0.982 against exact search at half the cost of 32
+    (0.990); ``threads=1`` because FAISS's OpenMP threads spin-wait for a core that the
+    events reader or Redis holds (a 1-vector upsert took 20 ms instead of 0.3 ms).
+
     >>> index = FaissIndex(dim=2, exact_below=3, nlist=1)
     >>> v = np.array([[1, 0], [0, 1], [0.6, 0.8], [0.8, 0.6]], dtype=np.float32)
     >>> index.upsert(np.array([1, 2, 3, 4]), v)
@@ -241,9 +246,9 @@ class FaissIndex:
         *,
         exact_below: int = 20_000,
         nlist: int | None = None,
-        nprobe: int = 32,
+        nprobe: int = 16,
         seed: int = 0,
-        threads: int = 2,
+        threads: int = 1,
     ) -> None:
         if dim < 1 or exact_below < 1 or nprobe < 1 or threads < 1:
             raise ValueError("dim, exact_below, nprobe and threads must be >= 1")

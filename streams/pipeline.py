@@ -14,6 +14,8 @@ crawl, found among few others, get real neighbours later); never on every event.
 
 from __future__ import annotations
 
+import math
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
@@ -25,14 +27,13 @@ from online.events import DEFAULT_EMBEDDING_DIM, Fetch, FetchedPage, prepare, ut
 from online.features import (
     as_dict,
     feature_names,
-    own_features,
-    related_features,
+    own_feature_matrix,
+    related_features_of_versions,
     stats_columns,
 )
 from online.history import DEFAULT_HISTORY, Emitted, PageState, update, with_embedding
 from online.index import VectorIndex, neighbour_weights
 from online.learners import Label
-from online.links import link_info
 from online.priority import DEFAULT_HORIZON_DAYS, next_fetch_days
 from online.scoring import Scorer, Scores
 from streams.stores import Neighbours, PageStore, PageWrites
@@ -168,10 +169,16 @@ class PagePipeline:
 
         # Neighbours' stats as they stood before the batch: one row per distinct page among
         # the batch's pages and all their neighbours (read in one go).
-        nbr_lists = [new_nbrs.get(id(p)) or p.neighbours for p in pending]
         batch_ids = np.fromiter(page_ids.values(), np.int64, len(page_ids))
-        all_ids = np.concatenate([batch_ids, *(nb.ids for nb in nbr_lists if nb is not None)])
-        wanted, where = np.unique(all_ids, return_inverse=True)
+        parts, at = [batch_ids], len(batch_ids)
+        offsets: dict[int, int] = {}  # where each neighbour list's ids start in all_ids
+        for p in pending:
+            nb = new_nbrs.get(id(p)) or p.neighbours
+            if nb is not None and id(nb) not in offsets:
+                offsets[id(nb)] = at
+                parts.append(nb.ids)
+                at += len(nb.ids)
+        wanted, where = np.unique(np.concatenate(parts), return_inverse=True)
         base_stats = self.store.get_stats(wanted)
         row_of = dict(zip(batch_ids.tolist(), where[: len(batch_ids)].tolist(), strict=True))
 
@@ -192,7 +199,7 @@ class PagePipeline:
         # Pass 2: history updates and own features, in order.
         results: list[Processed] = []
         applied: list[Processed] = []
-        own_rows: list[list[float]] = []
+        own_states: list[PageState] = []
         nbr_of: list[Neighbours | None] = []
         writes = PageWrites(states={}, stats={}, neighbours={})
         current_nbrs: dict[int, Neighbours | None] = dict(stored_nbrs)
@@ -209,7 +216,7 @@ class PagePipeline:
                 writes.neighbours[p.page_id] = nb
                 new_state = with_embedding(new_state, p.vector_fp)
             nbr_of.append(current_nbrs.get(p.page_id))
-            own_rows.append(own_features(new_state, link_info(event.url), cfg.history))
+            own_states.append(new_state)
             states[event.url] = new_state
             writes.states[event.url] = new_state
             r = Processed(event, p.page_id, emitted, names=self.feature_names)
@@ -231,9 +238,11 @@ class PagePipeline:
             applied.append(r)
 
         if applied:
-            own = np.array(own_rows, dtype=np.float64)
+            own = own_feature_matrix(own_states, [r.event.url for r in applied], cfg.history)
             own_stats = own[:, self._stats_columns].astype(np.float32)
-            related = self._related(applied, nbr_of, wanted, row_of, base_stats, own_stats)
+            related = self._related(
+                applied, nbr_of, (wanted, where, offsets), row_of, base_stats, own_stats
+            )
             matrix = np.concatenate([own, related], axis=1)
             if self.learns:
                 rows32 = matrix.astype(np.float32)
@@ -254,9 +263,13 @@ class PagePipeline:
             stamp = _iso(self.clock())
             scores = _with_rate(scores)
             waits = self._next_fetch_days(scores, len(applied))
+            reasons = scores.reasons or [["own_history"]] * len(applied)
+            scorer = {"name": self.scorer.name, "version": self.scorer.version}
+            models = scores.models or {}
             for a, (r, score) in enumerate(zip(applied, _score_rows(scores), strict=True)):
                 r.row = matrix[a]
-                r.priority = self._priority(r.event, score, stamp, scores, a, waits[a])
+                r.priority = _priority(r.event, score, stamp, reasons[a], waits[a])
+                r.priority["scorer"] = {**scorer, "models": dict(models)}
                 writes.stats[r.page_id] = own_stats[a]
         self.store.write(writes)
         self.counters.applied += len(applied)
@@ -271,37 +284,57 @@ class PagePipeline:
         self,
         applied: list[Processed],
         nbr_of: list[Neighbours | None],
-        wanted: np.ndarray,
+        lookup: tuple[np.ndarray, np.ndarray, dict[int, int]],
         row_of: dict[int, int],
         base_stats: np.ndarray,
         own_stats: np.ndarray,
     ) -> np.ndarray:
         """Look-around features of the applied events, each seeing its neighbours' stats as
         they were right before it: the pre-batch row, or the row left by the latest earlier
-        event of that neighbour in this batch."""
+        event of that neighbour in this batch.
+
+        ``lookup`` is (sorted ids read, each listed id's position in them, where each
+        neighbour list starts in that listing): a neighbour's stats row is found without a
+        second search.
+        """
+        wanted, where, offsets = lookup
         n_applied, k = len(applied), self.config.neighbours
         slots = np.full((n_applied, k), -1, dtype=np.int64)
         weights = np.zeros((n_applied, k), dtype=np.float64)
-        for a, nb in enumerate(nbr_of):
-            if nb is not None and len(nb.ids):
-                m = len(nb.ids)
-                slots[a, :m] = np.searchsorted(wanted, nb.ids)
-                weights[a, :m] = nb.weights
+        present = [(a, nb) for a, nb in enumerate(nbr_of) if nb is not None and len(nb.ids)]
+        if present:
+            lens = np.array([len(nb.ids) for _, nb in present], dtype=np.int64)
+            rows = np.repeat(np.array([a for a, _ in present], dtype=np.int64), lens)
+            cols = np.arange(len(rows)) - np.repeat(np.cumsum(lens) - lens, lens)
+            starts = np.array([offsets.get(id(nb), -1) for _, nb in present], dtype=np.int64)
+            if (starts >= 0).all():
+                slots[rows, cols] = where[np.repeat(starts, lens) + cols]
+            else:  # not read with the batch (cannot happen today): search for it
+                ids = np.concatenate([nb.ids for _, nb in present])
+                slots[rows, cols] = np.searchsorted(wanted, ids)
+            weights[rows, cols] = np.concatenate([nb.weights for _, nb in present])
         # Versions of stats: the pre-batch rows, then one row per applied event. Key an update
-        # by (page row, position) so a binary search finds the latest one before each event.
+        # by (page row, position) so a binary search finds the latest one before each event;
+        # only slots whose page was updated in the batch need that search.
         span = n_applied + 1
         updated = np.array([row_of[r.page_id] for r in applied], dtype=np.int64)
-        keys = updated * span + np.arange(n_applied)
-        order = np.argsort(keys, kind="stable")
-        sorted_keys = keys[order]
-        queries = slots * span + np.arange(n_applied)[:, None]
-        found = np.searchsorted(sorted_keys, queries, side="left") - 1
-        hit = (found >= 0) & (updated[order][np.maximum(found, 0)] == slots) & (slots >= 0)
-        version = np.where(hit, len(base_stats) + order[np.maximum(found, 0)], slots)
+        version = slots.copy()
+        touched = np.zeros(len(wanted), dtype=bool)
+        touched[updated] = True
+        candidate = (slots >= 0) & touched[np.maximum(slots, 0)]
+        if candidate.any():
+            keys = updated * span + np.arange(n_applied)
+            order = np.argsort(keys, kind="stable")
+            sorted_keys = keys[order]
+            cand_slots = slots[candidate]
+            at_row = np.nonzero(candidate)[0]
+            found = np.searchsorted(sorted_keys, cand_slots * span + at_row, side="left") - 1
+            hit = (found >= 0) & (updated[order][np.maximum(found, 0)] == cand_slots)
+            version[candidate] = np.where(
+                hit, len(base_stats) + order[np.maximum(found, 0)], cand_slots
+            )
         versions = np.concatenate([base_stats, own_stats])
-        stats = versions[np.maximum(version, 0)]
-        stats[slots < 0] = np.nan
-        return related_features(weights, stats)
+        return related_features_of_versions(weights, versions, version)
 
     def _plan(
         self,
@@ -410,11 +443,14 @@ class PagePipeline:
             _, found = self.index.search(queries, base_k, exclude=ids)
         else:
             found = np.full((n, 0), -1, np.int64)
-        first_move: dict[int, int] = {}
-        for row in np.flatnonzero(moved).tolist():
-            first_move.setdefault(int(ids[row]), row)
-        flat = found.ravel().tolist()
-        moved_at = np.array([first_move.get(i, n) for i in flat], np.int64).reshape(found.shape)
+        # The first row at which each found page is moved by the batch (n: never).
+        move_rows = np.flatnonzero(moved)
+        move_ids, first = np.unique(ids[move_rows], return_index=True)
+        moved_at = np.full(found.shape, n, dtype=np.int64)
+        if len(move_ids):
+            pos = np.minimum(np.searchsorted(move_ids, found), len(move_ids) - 1)
+            hit = move_ids[pos] == found
+            moved_at[hit] = move_rows[first][pos[hit]]
         index_ok = (found >= 0) & (found != ids[:, None]) & (moved_at >= np.arange(n)[:, None])
 
         # Candidates from the batch: earlier rows that moved their page and are still its
@@ -452,7 +488,7 @@ class PagePipeline:
                 where = np.searchsorted(unique, found[lo:hi][part])
                 vecs[:, : found.shape[1]][part] = stored[where]
             vecs[:, found.shape[1] :] = queries[batch_rows[lo:hi]]
-            exact = (vecs * queries[lo:hi, None, :]).sum(axis=-1)
+            exact = np.einsum("cnd,cd->cn", vecs, queries[lo:hi])
             sims[lo:hi] = np.where(valid[lo:hi], exact, -np.inf)
         order = np.lexsort((cand_ids, -sims), axis=-1)[:, :k]
         best_ids = np.take_along_axis(cand_ids, order, axis=1)
@@ -504,38 +540,33 @@ class PagePipeline:
         rate = np.round(scores.rate_per_day, 6)  # the published rate: the suggestion follows it
         return next_fetch_days(rate, **self.config.revisit).tolist()
 
-    def _priority(
-        self,
-        event: Fetch,
-        score: tuple,
-        scored_at: str,
-        scores: Scores,
-        a: int,
-        wait_days: float | None,
-    ) -> dict:
-        next_fetch = None
-        if wait_days is not None:
-            next_fetch = _iso(event.fetched_at + timedelta(days=wait_days))
-        reasons = scores.reasons[a] if scores.reasons is not None else ["own_history"]
-        return {
-            "url": event.url,
-            "fetched_at": _iso(event.fetched_at),
-            "scored_at": scored_at,
-            "score": score[0],
-            "expected_new_internal": score[1],
-            "expected_new_external": score[2],
-            "p_new": score[3],
-            "rate_per_day": score[4],
-            "next_fetch_at": next_fetch,
-            "reasons": reasons,
-            "scorer": {
-                "name": self.scorer.name,
-                "version": self.scorer.version,
-                "models": dict(scores.models or {}),
-            },
-            "crawl": event.crawl,
-            "status": event.status,
-        }
+
+def _priority(
+    event: Fetch, score: tuple, scored_at: str, reasons: list[str], wait_days: float | None
+) -> dict:
+    """The priority update of one scored fetch (without its scorer, added by the caller)."""
+    fetched_us = _micros(event.timestamp)
+    next_fetch = None
+    if wait_days is not None:
+        wait = timedelta(days=wait_days)
+        next_fetch = _iso_micros(
+            fetched_us + (wait.days * 86_400 + wait.seconds) * 1_000_000 + wait.microseconds
+        )
+    return {
+        "url": event.url,
+        "fetched_at": _iso_micros(fetched_us),
+        "scored_at": scored_at,
+        "score": score[0],
+        "expected_new_internal": score[1],
+        "expected_new_external": score[2],
+        "p_new": score[3],
+        "rate_per_day": score[4],
+        "next_fetch_at": next_fetch,
+        "reasons": reasons,
+        "scorer": None,
+        "crawl": event.crawl,
+        "status": event.status,
+    }
 
 
 def _with_rate(scores: Scores) -> Scores:
@@ -567,6 +598,24 @@ def _score_rows(scores: Scores) -> list[tuple]:
 
 def _iso(moment: datetime) -> str:
     return moment.isoformat().replace("+00:00", "Z")
+
+
+def _micros(timestamp: float) -> int:
+    """Epoch microseconds of a timestamp, rounded as `datetime.fromtimestamp` rounds."""
+    frac, whole = math.modf(timestamp)
+    return int(whole) * 1_000_000 + round(frac * 1e6)
+
+
+def _iso_micros(micros: int) -> str:
+    """`_iso` of the UTC moment ``micros`` after the epoch, without building a datetime
+    (a third of the cost, paid twice per priority)."""
+    seconds, us = divmod(micros, 1_000_000)
+    t = time.gmtime(seconds)
+    text = (
+        f"{t.tm_year:04d}-{t.tm_mon:02d}-{t.tm_mday:02d}"
+        f"T{t.tm_hour:02d}:{t.tm_min:02d}:{t.tm_sec:02d}"
+    )
+    return f"{text}.{us:06d}Z" if us else f"{text}Z"
 
 
 def _first_occurrence(ids: np.ndarray) -> np.ndarray:

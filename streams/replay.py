@@ -30,6 +30,7 @@ from online.events import DEFAULT_MAX_OUTLINKS, Fetch
 from online.features import feature_names
 from online.index import FaissIndex
 from online.scoring import DEFAULT_SCORER
+from streams.gcpolicy import frozen_survivors
 from streams.pipeline import PagePipeline, PipelineConfig, Processed
 from streams.reader import Batch, read_batches
 from streams.rundir import FEATURES_FILE, PRIORITIES_FILE, REJECTS_FILE, SUMMARY_FILE
@@ -195,6 +196,7 @@ def replay(
     started = time.perf_counter()
     total = events_file.stat().st_size if batches is None else None
     with (
+        frozen_survivors() as settle,
         gzip.open(out_dir / PRIORITIES_FILE, "wb", compresslevel=5) as priorities,
         open(out_dir / REJECTS_FILE, "wb") as rejects,
         Progress(
@@ -217,6 +219,7 @@ def replay(
                 parallel=bool(parallel),
             )
         for batch in batches:
+            settle()
             summary.events_read += batch.lines
             summary.accepted += len(batch.fetches)
             summary.rejected += len(batch.rejects)

@@ -114,6 +114,10 @@ class MemoryPageStore:
         self.learner: object | None = None
         self._stats_row: dict[int, int] = {}
         self._stats = np.full((1024, N_STATS), np.nan, dtype=np.float32)
+        # Sorted page ids and their stats rows: a batch's ~20k neighbour lookups are one
+        # binary search instead of 20k dict lookups.
+        self._sorted_ids = np.empty(0, dtype=np.int64)
+        self._sorted_rows = np.empty(0, dtype=np.int64)
 
     def get_states(self, urls: Sequence[str]) -> list[PageState | None]:
         return [self.states.get(url) for url in urls]
@@ -122,10 +126,14 @@ class MemoryPageStore:
         return [self.neighbours.get(pid) for pid in page_ids]
 
     def get_stats(self, page_ids: np.ndarray) -> np.ndarray:
-        get = self._stats_row.get
-        rows = np.fromiter((get(i, -1) for i in page_ids.tolist()), np.int64, len(page_ids))
-        out = self._stats[np.maximum(rows, 0)]
-        out[rows < 0] = np.nan
+        ids = np.asarray(page_ids, dtype=np.int64)
+        known = self._sorted_ids
+        if not len(known):
+            return np.full((len(ids), N_STATS), np.nan, dtype=np.float32)
+        pos = np.minimum(np.searchsorted(known, ids), len(known) - 1)
+        found = known[pos] == ids
+        out = self._stats[np.where(found, self._sorted_rows[pos], 0)]
+        out[~found] = np.nan
         return out
 
     def get_rows(self, page_ids: Sequence[int]) -> list[np.ndarray | None]:
@@ -144,15 +152,24 @@ class MemoryPageStore:
         self.rows.update(writes.rows)
         if writes.learner is not None:
             self.learner = writes.learner
+        added: list[int] = []
         for pid, values in writes.stats.items():
             row = self._stats_row.get(pid)
             if row is None:
                 row = self._stats_row[pid] = len(self._stats_row)
+                added.append(pid)
                 if row >= len(self._stats):
                     grown = np.full((2 * len(self._stats), N_STATS), np.nan, dtype=np.float32)
                     grown[: len(self._stats)] = self._stats
                     self._stats = grown
             self._stats[row] = values
+        if added:
+            new_ids = np.array(added, dtype=np.int64)
+            order = np.argsort(new_ids)
+            new_rows = np.arange(len(self._stats_row) - len(added), len(self._stats_row))
+            at = np.searchsorted(self._sorted_ids, new_ids[order])
+            self._sorted_ids = np.insert(self._sorted_ids, at, new_ids[order])
+            self._sorted_rows = np.insert(self._sorted_rows, at, new_rows[order])
 
     def __len__(self) -> int:
         return len(self.states)
