@@ -474,22 +474,25 @@ class PagePipeline:
         batch_ok = np.take_along_axis(batch_ok, batch_rows, axis=1)
 
         cand_ids = np.concatenate([np.where(index_ok, found, -1), ids[batch_rows]], axis=1)
-        valid = np.concatenate([index_ok, batch_ok], axis=1)
-        unique = np.unique(found[index_ok])
-        stored = self.index.reconstruct_many(unique) if len(unique) else None
-        # Elementwise product summed along the contiguous last axis: the same arithmetic for a
-        # pair of vectors whatever the batch, unlike BLAS kernels chosen by shape.
+        # Stored vectors of the index candidates, row 0 a zero vector for empty slots.
+        unique, inverse = np.unique(found[index_ok], return_inverse=True)
+        stored = np.zeros((len(unique) + 1, queries.shape[1]), np.float32)
+        if len(unique):
+            stored[1:] = self.index.reconstruct_many(unique)
+        stored_row = np.zeros(found.shape, dtype=np.int64)
+        stored_row[index_ok] = inverse.reshape(-1) + 1
+        width = found.shape[1]
+        # Elementwise products summed along the contiguous last axis: the same arithmetic for
+        # a pair of vectors whatever the batch, unlike BLAS kernels chosen by shape.
         sims = np.full(cand_ids.shape, -np.inf, dtype=np.float32)
         for lo in range(0, n, _CHUNK):
             hi = min(lo + _CHUNK, n)
-            vecs = np.zeros((hi - lo, cand_ids.shape[1], queries.shape[1]), np.float32)
-            part = index_ok[lo:hi]
-            if stored is not None:
-                where = np.searchsorted(unique, found[lo:hi][part])
-                vecs[:, : found.shape[1]][part] = stored[where]
-            vecs[:, found.shape[1] :] = queries[batch_rows[lo:hi]]
-            exact = np.einsum("cnd,cd->cn", vecs, queries[lo:hi])
-            sims[lo:hi] = np.where(valid[lo:hi], exact, -np.inf)
+            q = queries[lo:hi]
+            exact = np.einsum("cnd,cd->cn", stored[stored_row[lo:hi]], q)
+            sims[lo:hi, :width] = np.where(index_ok[lo:hi], exact, -np.inf)
+            if batch_ok[lo:hi].any():
+                exact = np.einsum("cnd,cd->cn", queries[batch_rows[lo:hi]], q)
+                sims[lo:hi, width:] = np.where(batch_ok[lo:hi], exact, -np.inf)
         order = np.lexsort((cand_ids, -sims), axis=-1)[:, :k]
         best_ids = np.take_along_axis(cand_ids, order, axis=1)
         best_sims = np.take_along_axis(sims, order, axis=1)

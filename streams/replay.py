@@ -197,7 +197,7 @@ def replay(
     total = events_file.stat().st_size if batches is None else None
     with (
         frozen_survivors() as settle,
-        gzip.open(out_dir / PRIORITIES_FILE, "wb", compresslevel=5) as priorities,
+        gzip.open(out_dir / PRIORITIES_FILE, "wb", compresslevel=1) as priorities,
         open(out_dir / REJECTS_FILE, "wb") as rejects,
         Progress(
             TextColumn("replay"),
@@ -229,10 +229,13 @@ def replay(
                 rejects.write(orjson.dumps(reject.as_dict()) + b"\n")
             for fetch in batch.fetches:
                 summary.dropped_outlinks += fetch.dropped_outlinks
+            lines = []
             for r in pipeline.process(batch.fetches):
                 if r.priority is not None:
-                    priorities.write(orjson.dumps(r.priority) + b"\n")
+                    lines.append(orjson.dumps(r.priority))
                     table.add(r)
+            if lines:  # one compress call per batch (zlib lets other threads run meanwhile)
+                priorities.write(b"\n".join(lines) + b"\n")
             bar.update(task, completed=batch.position, events=summary.events_read)
     table.close()
     counters = pipeline.counters
