@@ -13,12 +13,26 @@ False
 
 from __future__ import annotations
 
-from typing import NamedTuple
+import operator
+import re
+from functools import partial
+from itertools import compress, repeat
+from typing import Any, NamedTuple
 from urllib.parse import urlsplit, urlunsplit
 
 import xxhash
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
+
+# A URL `_parse` returns unchanged: lower-case http(s) scheme, a lower-case ASCII host (no port,
+# userinfo, brackets or trailing dot), a path starting with '/', then only printable ASCII
+# without spaces; checked apart, as plain substring tests: no '#' (a fragment) and no '?' ending
+# the URL (maybe an empty query). Stricter than needed on purpose: whatever is not recognised
+# takes the slow path, which decides.
+_URL = r"https?://[a-z0-9_.-]++(?<!\.)/[!-~]*+"  # possessive: nothing to backtrack into
+_CANONICAL = re.compile(r"(https?)://([a-z0-9_.-]++)(?<!\.)/[!-~]*+")
+_CANONICAL_LINES = re.compile(rf"{_URL}(?:\n{_URL})*+")
+_URL_BYTES = bytes(range(0x21, 0x7F)).replace(b"#", b"")  # printable ASCII but ' ' and '#'
 
 
 class InvalidURL(ValueError):
@@ -73,8 +87,12 @@ class LinkInfo(NamedTuple):
     page_id: int
 
 
+_new_info = partial(tuple.__new__, LinkInfo)  # LinkInfo(*values) without its Python __new__
 _CACHE: dict[str, LinkInfo] = {}
 CACHE_SIZE = 1 << 20
+# (scheme, site) -> (site_prefixes, whether they are canonical URL starts), for canonical_flags.
+_SITE_PREFIXES: dict[tuple[str, str], tuple[tuple[str, ...], bool]] = {}
+_SITES_SIZE = 1 << 16
 
 
 def link_info(url: str) -> LinkInfo:
@@ -84,11 +102,11 @@ def link_info(url: str) -> LinkInfo:
     also reorder its list on every hit.
     """
     try:
-        return _CACHE[url]
-    except KeyError:
-        pass
+        info = _CACHE.get(url)  # not [url]: a miss raising KeyError costs more than the lookup
     except TypeError:  # unhashable
         raise InvalidURL(f"expected a string, got {type(url).__name__}") from None
+    if info is not None:
+        return info
     info = _parse(url)
     if len(_CACHE) >= CACHE_SIZE:
         _CACHE.clear()
@@ -96,7 +114,79 @@ def link_info(url: str) -> LinkInfo:
     return info
 
 
+def canonical_flags(urls: list[Any], page: LinkInfo) -> list[bool] | None:
+    """Whether each URL is internal to ``page``, if every one is a string `normalize_url`
+    returns unchanged; else None (the caller then parses them one by one).
+
+    The fast path for a page's outlinks, which are nearly always canonical already: plain
+    string checks over the joined list (characters, fragments, empty queries), then one regex
+    match over the URLs that do not start with one of the page's own prefixes (on most pages,
+    most links are internal). An empty list gives None.
+
+    >>> page = link_info("https://www.a.org/")
+    >>> canonical_flags(["https://a.org/x", "http://a.org/", "https://www.b.org/?q=1"], page)
+    [True, False, False]
+    >>> canonical_flags(["https://a.org/x", "https://a.org/x#top"], page) is None
+    True
+    """
+    try:
+        joined = "\n".join(urls)
+    except TypeError:  # an entry that is not a string
+        return None
+    if (
+        not joined.isascii()
+        # only the separators are left: no space, control, '#' or newline inside a URL
+        or len(joined.encode().translate(None, _URL_BYTES)) != len(urls) - 1
+        or ("?" in joined and ("?\n" in joined or joined[-1] == "?"))  # maybe an empty query
+    ):
+        return None
+    key = (page.scheme, page.site)
+    known = _SITE_PREFIXES.get(key)
+    if known is None:
+        if len(_SITE_PREFIXES) >= _SITES_SIZE:
+            _SITE_PREFIXES.clear()
+        prefixes = site_prefixes(page)
+        known = _SITE_PREFIXES[key] = (prefixes, all(map(_CANONICAL.fullmatch, prefixes)))
+    prefixes, canonical = known
+    flags = list(map(str.startswith, urls, repeat(prefixes)))
+    if canonical:  # the page's own prefixes are canonical URL starts: internal links are done
+        urls = list(compress(urls, map(operator.not_, flags)))
+    if urls and _CANONICAL_LINES.fullmatch("\n".join(urls)) is None:
+        return None
+    return flags
+
+
+def site_prefixes(page: LinkInfo) -> tuple[str, ...]:
+    """The starts of the canonical URLs internal to ``page`` (same scheme, same site).
+
+    A canonical URL has a '/' right after its host, so a prefix fixes the host: 'www.' + site,
+    or the site itself unless that starts with 'www.' (such a host's site is what follows).
+
+    >>> site_prefixes(link_info("https://www.example.com/a"))
+    ('https://www.example.com/', 'https://example.com/')
+    """
+    www = f"{page.scheme}://www.{page.site}/"
+    if page.site.startswith("www."):
+        return (www,)
+    return (www, f"{page.scheme}://{page.site}/")
+
+
 def _parse(url: str) -> LinkInfo:
+    """Normalise and fingerprint one URL; a canonical URL skips urlsplit and urlunsplit.
+
+    >>> _parse("https://www.example.com/a?b=1") == _parse_slow("https://www.example.com/a?b=1")
+    True
+    """
+    match = _CANONICAL.fullmatch(url) if type(url) is str and "#" not in url else None
+    if match is None or url[-1] == "?":
+        return _parse_slow(url)
+    scheme, host = match.groups()
+    digest = xxhash.xxh3_64_intdigest(url)  # ASCII: the same bytes as url.encode("utf-8")
+    site = host[4:] if host.startswith("www.") else host
+    return _new_info((url, scheme, site, digest & 0xFFFFFFFF, (digest >> 1) & 0x7FFFFFFFFFFFFFFF))
+
+
+def _parse_slow(url: str) -> LinkInfo:
     if not isinstance(url, str):
         raise InvalidURL(f"expected a string, got {type(url).__name__}")
     text = url.strip()
