@@ -307,7 +307,10 @@ def _checked_vector(value: list | tuple, dim: int) -> np.ndarray:
         raise ValueError("has a value beyond float32 range")
     if not vector.any():
         raise ValueError("is the zero vector")
-    return vector.astype(np.float32)
+    single = vector.astype(np.float32)
+    if not single.any():  # e.g. all values near 1e-46: zero once stored as float32
+        raise ValueError("is the zero vector in float32 (every value below float32's range)")
+    return single
 
 
 def _collect_links(value: list) -> tuple[dict[str, LinkInfo], int]:
@@ -558,7 +561,10 @@ def _fast_fetch(data: dict[str, Any], embedding_dim: int, max_outlinks: int) -> 
             return None
         if not 0.0 < wide @ wide <= _MAX_SQUARED_NORM:  # NaN fails this too
             return None
-        vector = _unit_bytes(wide.astype(np.float32))
+        single = wide.astype(np.float32)
+        if not single.any():  # zero in float32: the validator rejects it
+            return None
+        vector = _unit_bytes(single)
     try:
         page = link_info(url)
         normalised = page.url

@@ -3,10 +3,11 @@ from __future__ import annotations
 import math
 from datetime import UTC, datetime
 
+import numpy as np
 import orjson
 import pytest
 
-from online.events import EventError, PriorityUpdate, parse_event
+from online.events import EventError, PriorityUpdate, parse_event, parse_fetch
 
 BASE = {"url": "https://example.com/a", "fetched_at": "2026-01-05T10:00:00Z", "outlinks": []}
 
@@ -95,6 +96,17 @@ def test_embedding_nan_and_inf_rejected() -> None:
         )
         err = reject(raw)
         assert err.field == "embedding" and "nan" in err.reason.lower()
+
+
+def test_embedding_that_underflows_float32_is_rejected_not_nan() -> None:
+    # Non-zero as JSON numbers, zero once stored as float32: no NaN unit vector may come out.
+    raw = orjson.dumps({**BASE, "embedding": [1e-46] * 192})
+    for parse in (parse_event, parse_fetch):  # the validating path and the fast path
+        with pytest.raises(EventError) as info:
+            parse(raw)
+        assert info.value.field == "embedding" and "zero" in info.value.reason
+    tiny = parse_fetch(orjson.dumps({**BASE, "embedding": [1e-30] * 192}))
+    assert np.isfinite(tiny.unit_vector()).all()
 
 
 def test_embedding_dimension_is_configurable() -> None:
