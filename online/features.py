@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from online.history import DEFAULT_HISTORY, SN_FIELDS, SP_FIELDS, Interval, PageState
-from online.links import LinkInfo, link_info
+from online.links import LinkInfo, domain_depth, url_path_depth
 
 #: Per-page stats that related pages contribute (one float32 row per page in the stats store).
 #: Dynamic columns are NaN until the page has at least one interval.
@@ -105,14 +105,7 @@ def _depths(url: str) -> tuple[float, float]:
     if depths is None:
         if len(_DEPTHS) > 1 << 20:
             _DEPTHS.clear()
-        info = link_info(url)
-        # The normalised URL always has a path: it starts at the first '/' after '://'.
-        rest = info.url.partition("://")[2]
-        path = rest[rest.find("/") :].partition("?")[0]
-        depths = (
-            float(sum(1 for part in path.split("/") if part)),
-            float(info.site.count(".") + 1),
-        )
+        depths = (float(url_path_depth(url)), float(domain_depth(url)))
         _DEPTHS[url] = depths
     return depths
 

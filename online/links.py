@@ -60,7 +60,9 @@ def is_internal(page_url: str, link_url: str) -> bool:
 
 def url_path_depth(url: str) -> int:
     """Number of non-empty path segments: ``domain.com/en/news/article123456/`` -> 3."""
-    path = urlsplit(normalize_url(url)).path
+    # A normalised URL always has a path: it starts at the first '/' after '://'.
+    rest = normalize_url(url).partition("://")[2]
+    path = rest[rest.find("/") :].partition("?")[0]
     return sum(1 for part in path.split("/") if part)
 
 

@@ -72,3 +72,21 @@ def test_ids_are_stable_and_equal_for_equivalent_urls() -> None:
     assert url_id("https://example.com/a") != url_id("https://example.com/b")
     assert 0 <= url_id("https://example.com/a") < 2**63
     assert link_fingerprint("https://example.com/a") < 2**32
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://a.com",
+        "https://a.com?x=/y/z",
+        "https://www.sub.a.com/x/y/?q=1/2/3",
+        "http://a.com:8080/a//b/",
+        "https://u:p@a.com/x/",
+        "HTTPS://A.COM/En/News/Article/#frag/x",
+    ],
+)
+def test_url_path_depth_counts_the_path_only(url: str) -> None:
+    from urllib.parse import urlsplit
+
+    path = urlsplit(normalize_url(url)).path
+    assert url_path_depth(url) == sum(1 for part in path.split("/") if part)
