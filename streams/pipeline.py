@@ -265,11 +265,10 @@ class PagePipeline:
             waits = self._next_fetch_days(scores, len(applied))
             reasons = scores.reasons or [["own_history"]] * len(applied)
             scorer = {"name": self.scorer.name, "version": self.scorer.version}
-            models = scores.models or {}
+            scorer["models"] = dict(scores.models or {})
             for a, (r, score) in enumerate(zip(applied, _score_rows(scores), strict=True)):
                 r.row = matrix[a]
-                r.priority = _priority(r.event, score, stamp, reasons[a], waits[a])
-                r.priority["scorer"] = {**scorer, "models": dict(models)}
+                r.priority = _priority(r.event, score, stamp, reasons[a], waits[a], scorer)
                 writes.stats[r.page_id] = own_stats[a]
         self.store.write(writes)
         self.counters.applied += len(applied)
@@ -306,12 +305,9 @@ class PagePipeline:
             lens = np.array([len(nb.ids) for _, nb in present], dtype=np.int64)
             rows = np.repeat(np.array([a for a, _ in present], dtype=np.int64), lens)
             cols = np.arange(len(rows)) - np.repeat(np.cumsum(lens) - lens, lens)
-            starts = np.array([offsets.get(id(nb), -1) for _, nb in present], dtype=np.int64)
-            if (starts >= 0).all():
-                slots[rows, cols] = where[np.repeat(starts, lens) + cols]
-            else:  # not read with the batch (cannot happen today): search for it
-                ids = np.concatenate([nb.ids for _, nb in present])
-                slots[rows, cols] = np.searchsorted(wanted, ids)
+            # Every list here was listed for the read (a page's stored or newly found one).
+            starts = np.array([offsets[id(nb)] for _, nb in present], dtype=np.int64)
+            slots[rows, cols] = where[np.repeat(starts, lens) + cols]
             weights[rows, cols] = np.concatenate([nb.weights for _, nb in present])
         # Versions of stats: the pre-batch rows, then one row per applied event. Key an update
         # by (page row, position) so a binary search finds the latest one before each event;
@@ -545,9 +541,14 @@ class PagePipeline:
 
 
 def _priority(
-    event: Fetch, score: tuple, scored_at: str, reasons: list[str], wait_days: float | None
+    event: Fetch,
+    score: tuple,
+    scored_at: str,
+    reasons: list[str],
+    wait_days: float | None,
+    scorer: dict,
 ) -> dict:
-    """The priority update of one scored fetch (without its scorer, added by the caller)."""
+    """The priority update of one scored fetch (``scorer``: name, version, models; copied)."""
     fetched_us = _micros(event.timestamp)
     next_fetch = None
     if wait_days is not None:
@@ -566,7 +567,7 @@ def _priority(
         "rate_per_day": score[4],
         "next_fetch_at": next_fetch,
         "reasons": reasons,
-        "scorer": None,
+        "scorer": {**scorer, "models": dict(scorer["models"])},
         "crawl": event.crawl,
         "status": event.status,
     }
