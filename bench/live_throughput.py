@@ -43,9 +43,11 @@ from streams.redis_store import RedisPageStore
 from streams.topic_replay import read_topic
 
 
-def drain(bootstrap, events: Path, n_events: int, n_workers: int, tmp: Path, client) -> dict:
+def drain(
+    bootstrap, events: Path, n_events: int, n_workers: int, tmp: Path, client, **worker: object
+) -> dict:
     prefix = f"bench{uuid.uuid4().hex[:8]}"
-    settings = worker_settings(bootstrap, prefix, topic_partitions=2, log_level="WARNING")
+    settings = worker_settings(bootstrap, prefix, topic_partitions=2, log_level="WARNING", **worker)
     ensure_topics(settings)
     t0 = time.perf_counter()
     produce_file(settings, events)
@@ -89,6 +91,7 @@ def drain(bootstrap, events: Path, n_events: int, n_workers: int, tmp: Path, cli
         per_page = sample_memory(client, settings.redis_key_prefix)
         out = {
             "workers": n_workers,
+            "batch_size": settings.batch_size,
             "events": n_events,
             "produce_s": round(produce_s, 1),
             "drain_s": round(seconds, 1),
@@ -182,7 +185,10 @@ def main() -> None:
     ap.add_argument("--crawls", type=int, default=3)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--workers", default="1,2", help="worker counts to run, comma-separated")
-    ap.add_argument("--latency-seconds", type=float, default=30.0)
+    ap.add_argument(
+        "--batch-size", type=int, default=None, help="the workers' batch_size (default: settings)"
+    )
+    ap.add_argument("--latency-seconds", type=float, default=30.0, help="0: skip the latency phase")
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument(
         "--latency-rate",
@@ -207,21 +213,23 @@ def main() -> None:
     try:
         bootstrap = f"127.0.0.1:{port}"
         for n in [int(x) for x in args.workers.split(",") if x.strip()]:
-            r = drain(bootstrap, events, n_events, n, tmp, client)
+            extra = {} if args.batch_size is None else {"batch_size": args.batch_size}
+            r = drain(bootstrap, events, n_events, n, tmp, client, **extra)
             results["runs"].append(r)
             print(orjson.dumps(r).decode(), flush=True)
-        rate = args.latency_rate or results["runs"][0]["events_per_s_per_worker"] / 2
-        results["latency"] = latency(
-            bootstrap,
-            events,
-            rate,
-            args.latency_seconds,
-            tmp,
-            batch_within_seconds=args.latency_batch_within,
-            batch_size=args.latency_batch_size,
-        )
-        results["latency"]["batch_within_seconds"] = args.latency_batch_within
-        print(orjson.dumps(results["latency"]).decode(), flush=True)
+        if args.latency_seconds > 0:
+            rate = args.latency_rate or results["runs"][0]["events_per_s_per_worker"] / 2
+            results["latency"] = latency(
+                bootstrap,
+                events,
+                rate,
+                args.latency_seconds,
+                tmp,
+                batch_within_seconds=args.latency_batch_within,
+                batch_size=args.latency_batch_size,
+            )
+            results["latency"]["batch_within_seconds"] = args.latency_batch_within
+            print(orjson.dumps(results["latency"]).decode(), flush=True)
     finally:
         broker.terminate()
         broker.wait(10)
@@ -234,8 +242,9 @@ def main() -> None:
             f"{r['workers']:>8} {r['events_per_s']:>10,} {r['events_per_s_per_worker']:>11,}"
             f" {r['redis_bytes_per_page_sampled']['total']:>11,}"
         )
-    lat = results["latency"]
-    print(f"latency at {lat['rate']:,} events/s: p50 {lat['p50_s']} s, p99 {lat['p99_s']} s")
+    lat = results.get("latency")
+    if lat:
+        print(f"latency at {lat['rate']:,} events/s: p50 {lat['p50_s']} s, p99 {lat['p99_s']} s")
     if args.json:
         args.json.write_bytes(orjson.dumps(results, option=orjson.OPT_INDENT_2))
 

@@ -1,10 +1,10 @@
 """The Faust app of a live worker, built from one `Settings` by `create_app`.
 
 * agent ``fetched-pages`` over the fetched-page topic (the consumer group ``settings.app_id``):
-  micro-batches (``batch_size`` events or what came within ``batch_within_seconds``, the
-  contract of ``stream.take``; cut here with manual acks so parsing, in a parser process, can
-  overlap the pipeline) go to `streams.live.LiveProcessor`; the records are acked (and so
-  committed) only after their batch is fully processed, published and written to Redis;
+  micro-batches from ``stream.noack_take`` (``batch_size`` events or what came within
+  ``batch_within_seconds``; acked here, per batch, so parsing, in a parser process, can overlap
+  the pipeline) go to `streams.live.LiveProcessor`; the records are acked (and so committed)
+  only after their batch is fully processed, published and written to Redis;
 * task ``embeddings-replica``: an aiokafka consumer with no group that reads every partition of
   the embeddings topic from the beginning and keeps this worker's FAISS replica current; the
   agent starts only once the replica has caught up with the topic's end at start-up;
@@ -22,6 +22,7 @@ import logging
 import multiprocessing as mp
 import os
 import tempfile
+from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -30,7 +31,7 @@ import faust
 from prometheus_client import generate_latest
 
 from streams.kafka_io import aiokafka_options, parse_embedding, ssl_context
-from streams.live import LiveProcessor, Metrics, Record, parse_values
+from streams.live import LiveProcessor, Metrics, RecordLike, parse_values
 from streams.redis_store import RedisPageStore, redis_client
 from streams.settings import Settings
 
@@ -80,6 +81,66 @@ def _patch_fetch_wait() -> None:
     cls._create_worker_consumer = create  # type: ignore[method-assign]
 
 
+class BatchPublisher:
+    """Publishes a batch's messages as one record batch per partition, on this worker's own
+    aiokafka producer: one send and one delivery future per partition instead of per message
+    (Faust's producer, and even aiokafka's per-message ``send``, cost several times more).
+    Partitions are chosen as aiokafka's default partitioner does (murmur2 of the key)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.producer: Any = None
+        self._partitions: dict[str, list[int]] = {}
+
+    async def _start(self) -> Any:
+        from aiokafka import AIOKafkaProducer
+
+        producer = AIOKafkaProducer(
+            acks="all",
+            linger_ms=5,
+            max_batch_size=512 * 1024,
+            client_id=f"lookaround-{self.settings.worker_id}",
+            **aiokafka_options(self.settings),
+        )
+        await producer.start()
+        self.producer = producer
+        return producer
+
+    async def publish(self, messages: Sequence[tuple[str, bytes | None, bytes]]) -> None:
+        """Send (topic, key, value) messages, in order per partition; return once all are
+        delivered (acks=all), raise if any is not."""
+        from aiokafka.partitioner import DefaultPartitioner
+
+        if not messages:
+            return
+        producer = self.producer or await self._start()
+        choose = DefaultPartitioner()
+        batches: dict[tuple[str, int], Any] = {}
+        deliveries: list[asyncio.Future] = []
+        for topic, key, value in messages:
+            partitions = self._partitions.get(topic)
+            if partitions is None:
+                partitions = sorted(await producer.partitions_for(topic))
+                self._partitions[topic] = partitions
+            tp = (topic, choose(key, partitions, partitions))
+            batch = batches.get(tp)
+            if batch is None:
+                batch = batches[tp] = producer.create_batch()
+            if batch.append(key=key, value=value, timestamp=None) is None:
+                deliveries.append(await producer.send_batch(batch, tp[0], partition=tp[1]))
+                batch = batches[tp] = producer.create_batch()
+                if batch.append(key=key, value=value, timestamp=None) is None:
+                    raise ValueError(f"a {len(value)}-byte message does not fit a batch")
+        for (topic, partition), batch in batches.items():
+            deliveries.append(await producer.send_batch(batch, topic, partition=partition))
+        await asyncio.gather(*deliveries)
+
+    async def stop(self) -> None:
+        if self.producer is not None:
+            producer, self.producer = self.producer, None
+            await producer.stop()
+
+
 def create_app(settings: Settings, *, store: RedisPageStore | None = None) -> faust.App:
     """A Faust app for one worker. ``app.lookaround`` is its `LiveProcessor`."""
     _patch_fetch_wait()
@@ -120,27 +181,9 @@ def create_app(settings: Settings, *, store: RedisPageStore | None = None) -> fa
             worker_id=settings.worker_id,
         )
 
-    out: dict[str, Any] = {}
+    publisher = BatchPublisher(settings)
 
-    async def publish(topic: str, key: bytes | None, value: bytes) -> asyncio.Future:
-        """Enqueue a message on this worker's own aiokafka producer (Faust's wrapper costs
-        several times more per message); the returned future resolves on delivery."""
-        producer = out.get("producer")
-        if producer is None:
-            from aiokafka import AIOKafkaProducer
-
-            producer = AIOKafkaProducer(
-                acks="all",
-                linger_ms=5,
-                max_batch_size=512 * 1024,
-                client_id=f"lookaround-{settings.worker_id}",
-                **aiokafka_options(settings),
-            )
-            await producer.start()
-            out["producer"] = producer
-        return await producer.send(topic, value, key=key)
-
-    live = LiveProcessor(settings, store, publish, metrics)
+    live = LiveProcessor(settings, store, publisher.publish, metrics)
     app.lookaround = live  # type: ignore[attr-defined]
     state = {"running": False, "replica_ready": asyncio.Event(), "replica_error": None}
     app.lookaround_state = state  # type: ignore[attr-defined]
@@ -152,10 +195,9 @@ def create_app(settings: Settings, *, store: RedisPageStore | None = None) -> fa
         await state["replica_ready"].wait()
         log.info("processing %s", settings.topic_fetched)
         try:
-            await _consume(app, stream.noack(), settings, live, state)
+            await _consume(app, stream, settings, live, state)
         finally:
-            if "producer" in out:
-                await out.pop("producer").stop()
+            await publisher.stop()
 
     @app.task
     async def embeddings_replica() -> None:
@@ -187,14 +229,14 @@ def create_app(settings: Settings, *, store: RedisPageStore | None = None) -> fa
 async def _consume(
     app: faust.App, stream: faust.StreamT, settings: Settings, live: LiveProcessor, state: dict
 ) -> None:
-    """Micro-batches with manual acks, in three overlapping stages: this coroutine feeds the
-    stream's events to a queue; the batcher cuts batches (``batch_size`` events, or what came
-    within ``batch_within_seconds``) and parses them in a parser process; the processor runs
-    each parsed batch through `LiveProcessor.handle` and only then acks its events, in order.
-    So parsing batch n+1 overlaps processing batch n, and no offset is committed past an event
-    that was not fully processed (a stop or crash mid-batch leaves its events uncommitted)."""
+    """Micro-batches from ``stream.noack_take`` (``batch_size`` events, or what came within
+    ``batch_within_seconds``; ``take`` itself would ack a batch as soon as its loop body returns),
+    in two overlapping stages: this loop parses each batch in a parser process and hands it over;
+    the processor runs each parsed batch through `LiveProcessor.handle` and only then acks its
+    events, in order. So parsing batch n+1 overlaps processing batch n, nothing is done per
+    event beyond Faust's own delivery, and no offset is committed past an event that was not
+    fully processed (a stop or crash mid-batch leaves its events uncommitted)."""
     loop = asyncio.get_running_loop()
-    events_q: asyncio.Queue = asyncio.Queue(maxsize=4 * settings.batch_size)
     batches_q: asyncio.Queue = asyncio.Queue(maxsize=1)
     pool = (
         ProcessPoolExecutor(settings.parse_processes, mp_context=mp.get_context("spawn"))
@@ -204,61 +246,41 @@ async def _consume(
     if pool is not None:  # start the parser now, not on the first event (seconds of imports)
         await loop.run_in_executor(pool, parse_values, [b"{}"], 2, 1)
 
-    async def batcher() -> None:
-        while True:
-            events = [await events_q.get()]
-            deadline = loop.time() + settings.batch_within_seconds
-            while len(events) < settings.batch_size:
-                while not events_q.empty() and len(events) < settings.batch_size:
-                    events.append(events_q.get_nowait())
-                if len(events) >= settings.batch_size or loop.time() >= deadline:
-                    break
-                await asyncio.sleep(min(0.005, max(deadline - loop.time(), 0)))
-            parsed = None
-            if pool is not None:
-                values = [e.message.value for e in events]
-                parsed = await loop.run_in_executor(
-                    pool, parse_values, values, settings.embedding_dim, settings.max_outlinks
-                )
-            await batches_q.put((events, parsed))
-
     async def processor() -> None:
+        ack = stream.ack
         while True:
-            events, parsed = await batches_q.get()
-            records = [
-                Record(
-                    e.message.topic,
-                    e.message.partition,
-                    e.message.offset,
-                    e.message.key,
-                    e.message.value,
-                    e.message.timestamp,
-                )
-                for e in events
-            ]
-            await live.handle(records, parsed)
+            events, messages, parsed = await batches_q.get()
+            await live.handle(messages, parsed)
             for e in events:
-                await stream.ack(e)
-            _update_lag(app, live, records)
+                await ack(e)
+            _update_lag(app, live, messages)
 
-    tasks = [asyncio.create_task(batcher()), asyncio.create_task(processor())]
+    task = asyncio.create_task(processor())
     state["running"] = True
     try:
-        async for event in stream.events():
-            for t in tasks:
-                if t.done():
-                    t.result()  # re-raise what stopped a stage
-                    raise RuntimeError("a worker stage stopped")
-            await events_q.put(event)
+        async for events in stream.noack_take(settings.batch_size, settings.batch_within_seconds):
+            if task.done():
+                task.result()  # re-raise what stopped the processor
+                raise RuntimeError("the worker's processor stopped")
+            messages = [e.message for e in events]
+            parsed = None
+            if pool is not None:
+                parsed = await loop.run_in_executor(
+                    pool,
+                    parse_values,
+                    [m.value for m in messages],
+                    settings.embedding_dim,
+                    settings.max_outlinks,
+                )
+            await batches_q.put((events, messages, parsed))
     finally:
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
         if pool is not None:
             pool.shutdown(wait=False, cancel_futures=True)
 
 
-def _update_lag(app: faust.App, live: LiveProcessor, records: list[Record]) -> None:
+def _update_lag(app: faust.App, live: LiveProcessor, records: Sequence[RecordLike]) -> None:
     last: dict[tuple[str, int], int] = {}
     for r in records:
         last[(r.topic, r.partition)] = r.offset

@@ -7,8 +7,8 @@ For each micro-batch of fetched-page records:
 2. `PagePipeline.process` over a store that defers its write (reads go to Redis, the write is
    kept), retried with exponential backoff while Redis is unreachable; a failed attempt is
    rolled back in the FAISS replica so the retry sees the index as it was;
-3. priority updates (keyed by URL) and the pages' new embeddings (keyed by page id, compacted
-   topic) are published and their delivery awaited;
+3. dead letters, priority updates (keyed by URL) and the pages' new embeddings (keyed by page
+   id, compacted topic) are published together and their delivery awaited;
 4. the batch's page writes go to Redis in one atomic, idempotent transaction (retried too);
 5. only then does the caller ack the records (so offsets never pass unprocessed events).
 
@@ -29,6 +29,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 import orjson
@@ -50,8 +51,9 @@ log = logging.getLogger("lookaround.worker")
 
 REDIS_DOWN = (RedisConnectionError, RedisTimeoutError, ConnectionError, TimeoutError)
 
-#: publish(topic, key, value) -> awaitable delivery (awaited once the batch is sent).
-Publish = Callable[[str, bytes | None, bytes], Awaitable[Awaitable[object]]]
+#: publish([(topic, key, value), ...]): sends a batch's messages (in order per partition) and
+#: returns once all are delivered; raises if one is not.
+Publish = Callable[[Sequence[tuple[str, bytes | None, bytes]]], Awaitable[None]]
 
 
 def parse_values(
@@ -74,14 +76,20 @@ def parse_values(
     return out
 
 
-@dataclass(frozen=True, slots=True)
-class Record:
-    topic: str
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes | None
-    timestamp: float | None = None  # seconds (the producer's or broker's timestamp)
+class RecordLike(Protocol):
+    """What a worker reads of a consumed record: a Faust message has these attributes, so a
+    batch is handled without a copy per event."""
+
+    @property
+    def topic(self) -> str: ...
+    @property
+    def partition(self) -> int: ...
+    @property
+    def offset(self) -> int: ...
+    @property
+    def key(self) -> bytes | None: ...
+    @property
+    def value(self) -> bytes | None: ...
 
 
 class Metrics:
@@ -316,7 +324,7 @@ class LiveProcessor:
 
     async def handle(
         self,
-        records: Sequence[Record],
+        records: Sequence[RecordLike],
         parsed: Sequence[Fetch | tuple[str, str]] | None = None,
     ) -> BatchOutcome:
         """Process one batch; ``parsed`` is `parse_values` of the records when already done."""
@@ -332,7 +340,7 @@ class LiveProcessor:
         return outcome
 
     async def _handle(
-        self, records: Sequence[Record], parsed: Sequence[Fetch | tuple[str, str]] | None
+        self, records: Sequence[RecordLike], parsed: Sequence[Fetch | tuple[str, str]] | None
     ) -> BatchOutcome:
         s = self.settings
         m = self.metrics
@@ -341,7 +349,7 @@ class LiveProcessor:
         if parsed is None:
             parsed = parse_values([r.value for r in records], s.embedding_dim, s.max_outlinks)
         fetches: list[Fetch] = []
-        deliveries: list[Awaitable[object]] = []
+        messages: list[tuple[str, bytes | None, bytes]] = []
         for rec, item in zip(records, parsed, strict=True):
             if isinstance(item, Fetch):
                 fetches.append(item)
@@ -349,8 +357,8 @@ class LiveProcessor:
             field_name, reason = item
             outcome.rejects += 1
             m.rejects.labels(field=field_name).inc()
-            deliveries.append(
-                await self.publish(
+            messages.append(
+                (
                     s.topic_dead_letter,
                     rec.key,
                     dead_letter_message(
@@ -369,23 +377,24 @@ class LiveProcessor:
         t1 = time.perf_counter()
         m.stage_seconds.labels(stage="process").inc(t1 - t0)
         outcome.results = results
+        topic = s.topic_priorities
+        stale = duplicates = 0
         for r in results:
             if r.priority is not None:
-                deliveries.append(
-                    await self.publish(
-                        s.topic_priorities, r.event.url.encode(), orjson.dumps(r.priority)
-                    )
-                )
-                outcome.priorities += 1
+                messages.append((topic, r.event.url.encode(), orjson.dumps(r.priority)))
             elif r.emitted.kind == "stale":
-                m.stale.inc()
+                stale += 1
             elif r.emitted.kind == "duplicate":
-                m.duplicates.inc()
-        for payload in self._embeddings(results):
-            deliveries.append(await self.publish(s.topic_embeddings, *payload))
-            outcome.embeddings += 1
-        if deliveries:
-            await asyncio.gather(*deliveries)
+                duplicates += 1
+        outcome.priorities = len(messages) - outcome.rejects
+        for key, value in self._embeddings(results):
+            messages.append((s.topic_embeddings, key, value))
+        outcome.embeddings = len(messages) - outcome.rejects - outcome.priorities
+        if stale:
+            m.stale.inc(stale)
+        if duplicates:
+            m.duplicates.inc(duplicates)
+        await self.publish(messages)
         t2 = time.perf_counter()
         m.stage_seconds.labels(stage="publish").inc(t2 - t1)
         await self._retry(self.deferred.flush, "write")

@@ -107,6 +107,10 @@ class RedisPageStore:
         self.ttl_ms = int(ttl * 1000) if ttl else 0
         self.worker_id = worker_id
         self.learner_key = f"{prefix}learner:{worker_id}"
+        # Key prefixes per kind: a batch builds ~20,000 keys, so no method call per key.
+        self._s, self._t, self._n, self._r, self._x = (
+            f"{prefix}{kind}:" for kind in ("s", "t", "n", "r", "x")
+        )
         self._script = client.register_script(_WRITE_LUA)
         self.written = 0
         self.skipped = 0
@@ -114,10 +118,7 @@ class RedisPageStore:
     # -- keys ---------------------------------------------------------------------------------
 
     def state_key(self, url: str) -> str:
-        return f"{self.prefix}s:{url}"
-
-    def _pid_key(self, kind: str, page_id: int) -> str:
-        return f"{self.prefix}{kind}:{page_id}"
+        return f"{self._s}{url}"
 
     # -- reads --------------------------------------------------------------------------------
 
@@ -127,16 +128,19 @@ class RedisPageStore:
         return self.client.mget(keys)
 
     def get_states(self, urls: Sequence[str]) -> list[PageState | None]:
-        blobs = self._mget([self.state_key(u) for u in urls])
+        s = self._s
+        blobs = self._mget([f"{s}{u}" for u in urls])
         return [from_bytes(b) if b else None for b in blobs]
 
     def get_neighbours(self, page_ids: Sequence[int]) -> list[Neighbours | None]:
-        blobs = self._mget([self._pid_key("n", int(p)) for p in page_ids])
+        n = self._n
+        blobs = self._mget([f"{n}{int(p)}" for p in page_ids])
         return [Neighbours.from_bytes(b) if b else None for b in blobs]
 
     def get_stats(self, page_ids: np.ndarray) -> np.ndarray:
         out = np.full((len(page_ids), N_STATS), np.nan, dtype=np.float32)
-        blobs = self._mget([self._pid_key("t", p) for p in page_ids.tolist()])
+        t = self._t
+        blobs = self._mget([f"{t}{p}" for p in page_ids.tolist()])
         present = [i for i, blob in enumerate(blobs) if blob]
         if present:
             # One buffer for all rows: ~10k rows per batch, so no per-row parsing.
@@ -151,7 +155,8 @@ class RedisPageStore:
         return out
 
     def get_rows(self, page_ids: Sequence[int]) -> list[np.ndarray | None]:
-        blobs = self._mget([self._pid_key("r", int(p)) for p in page_ids])
+        r = self._r
+        blobs = self._mget([f"{r}{int(p)}" for p in page_ids])
         return [row_from_bytes(b) if b else None for b in blobs]
 
     def get_learner(self) -> object | None:
@@ -179,15 +184,16 @@ class RedisPageStore:
             return
         keys = [self.learner_key]
         args: list[bytes | int] = [self.ttl_ms, learner]
+        s, t, n, r, x = self._s, self._t, self._n, self._r, self._x
         for pid, blobs in pages.items():
             url = state_urls.get(pid)
             # A record without a state in this batch still needs a distinct placeholder key.
-            keys += [
-                self.state_key(url) if url is not None else self._pid_key("x", pid),
-                self._pid_key("t", pid),
-                self._pid_key("n", pid),
-                self._pid_key("r", pid),
-            ]
+            keys += (
+                f"{s}{url}" if url is not None else f"{x}{pid}",
+                f"{t}{pid}",
+                f"{n}{pid}",
+                f"{r}{pid}",
+            )
             args += blobs
         written, skipped = self._script(keys=keys, args=args)
         self.written += int(written)

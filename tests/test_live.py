@@ -348,7 +348,7 @@ def _replica(settings):
     return live
 
 
-async def _no_publish(topic, key, value):  # pragma: no cover - never called
+async def _no_publish(messages):  # pragma: no cover - never called
     raise AssertionError("replica must not publish")
 
 
