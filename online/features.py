@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from itertools import chain
 
 import numpy as np
 
@@ -135,13 +136,14 @@ def own_feature_matrix(
         lens[i] = len(window)
         flat.extend(reversed(window))
         head.append((*state.sp, *state.sp_previous, *state.sn, state.fetches, state.errors))
-    top = np.array(head, dtype=np.float64).reshape(n_rows, 2 * len(SP_FIELDS) + len(SN_FIELDS) + 2)
+    width = 2 * len(SP_FIELDS) + len(SN_FIELDS) + 2
+    top = _float_rows(head, width)
     lags = np.full((n_rows, h, 4), np.nan)  # new internal, new external, changed, days
     if flat:
         rows = np.repeat(np.arange(n_rows), lens)
         starts = np.cumsum(lens) - lens
         lag = np.arange(len(flat)) - np.repeat(starts, lens)
-        lags[rows, lag] = np.array(flat, dtype=np.float64)
+        lags[rows, lag] = _float_rows(flat, 4)
     known = ~np.isnan(lags[:, :, 0])
     zeroed = np.where(known[:, :, None], lags, 0.0)
     sums = np.zeros((n_rows, 4))
@@ -172,7 +174,7 @@ def own_feature_matrix(
         )
     aggregates[lens == 0, 3:] = np.nan
     n_sp, n_sn = len(SP_FIELDS), len(SN_FIELDS)
-    depths = np.array([_depths(url) for url in urls], dtype=np.float64).reshape(n_rows, 2)
+    depths = _float_rows(list(map(_depths, urls)), 2)
     return np.concatenate(
         [
             top[:, :n_sp],
@@ -187,6 +189,13 @@ def own_feature_matrix(
         ],
         axis=1,
     )
+
+
+def _float_rows(rows: list, width: int) -> np.ndarray:
+    """A (len(rows), width) float64 matrix of equal-length tuples: flattened in C, several
+    times faster than ``np.array`` inspecting each tuple as a sequence."""
+    values = np.fromiter(chain.from_iterable(rows), np.float64, count=len(rows) * width)
+    return values.reshape(len(rows), width)
 
 
 def stats_columns(history: int = DEFAULT_HISTORY) -> list[int]:

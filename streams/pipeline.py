@@ -14,8 +14,6 @@ crawl, found among few others, get real neighbours later); never on every event.
 
 from __future__ import annotations
 
-import math
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
@@ -266,9 +264,14 @@ class PagePipeline:
             reasons = scores.reasons or [["own_history"]] * len(applied)
             scorer = {"name": self.scorer.name, "version": self.scorer.version}
             scorer["models"] = dict(scores.models or {})
+            fetched_us = _micros_many([r.event.timestamp for r in applied])
+            fetched_iso = _iso_many(fetched_us)
+            next_iso = _next_fetch_iso(fetched_us, waits)
             for a, (r, score) in enumerate(zip(applied, _score_rows(scores), strict=True)):
                 r.row = matrix[a]
-                r.priority = _priority(r.event, score, stamp, reasons[a], waits[a], scorer)
+                r.priority = _priority(
+                    r.event, score, stamp, fetched_iso[a], next_iso[a], reasons[a], scorer
+                )
                 writes.stats[r.page_id] = own_stats[a]
         self.store.write(writes)
         self.counters.applied += len(applied)
@@ -544,33 +547,43 @@ def _priority(
     event: Fetch,
     score: tuple,
     scored_at: str,
+    fetched_at: str,
+    next_fetch_at: str | None,
     reasons: list[str],
-    wait_days: float | None,
     scorer: dict,
 ) -> dict:
     """The priority update of one scored fetch (``scorer``: name, version, models; copied)."""
-    fetched_us = _micros(event.timestamp)
-    next_fetch = None
-    if wait_days is not None:
-        wait = timedelta(days=wait_days)
-        next_fetch = _iso_micros(
-            fetched_us + (wait.days * 86_400 + wait.seconds) * 1_000_000 + wait.microseconds
-        )
     return {
         "url": event.url,
-        "fetched_at": _iso_micros(fetched_us),
+        "fetched_at": fetched_at,
         "scored_at": scored_at,
         "score": score[0],
         "expected_new_internal": score[1],
         "expected_new_external": score[2],
         "p_new": score[3],
         "rate_per_day": score[4],
-        "next_fetch_at": next_fetch,
+        "next_fetch_at": next_fetch_at,
         "reasons": reasons,
         "scorer": {**scorer, "models": dict(scorer["models"])},
         "crawl": event.crawl,
         "status": event.status,
     }
+
+
+def _next_fetch_iso(fetched_us: np.ndarray, wait_days: list[float | None]) -> list[str | None]:
+    """Suggested next fetch times: each fetch time plus its wait, as `timedelta` rounds it."""
+    out: list[str | None] = [None] * len(wait_days)
+    rows, waits = [], []
+    for row, days in enumerate(wait_days):
+        if days is not None:
+            wait = timedelta(days=days)
+            rows.append(row)
+            waits.append((wait.days * 86_400 + wait.seconds) * 1_000_000 + wait.microseconds)
+    if rows:
+        later = fetched_us[rows] + np.array(waits, dtype=np.int64)
+        for row, text in zip(rows, _iso_many(later), strict=True):
+            out[row] = text
+    return out
 
 
 def _with_rate(scores: Scores) -> Scores:
@@ -604,22 +617,23 @@ def _iso(moment: datetime) -> str:
     return moment.isoformat().replace("+00:00", "Z")
 
 
-def _micros(timestamp: float) -> int:
-    """Epoch microseconds of a timestamp, rounded as `datetime.fromtimestamp` rounds."""
-    frac, whole = math.modf(timestamp)
-    return int(whole) * 1_000_000 + round(frac * 1e6)
+def _micros_many(timestamps: Sequence[float]) -> np.ndarray:
+    """Epoch microseconds of timestamps, rounded as `datetime.fromtimestamp` rounds
+    (the fraction's microseconds to nearest, ties to even)."""
+    frac, whole = np.modf(np.asarray(timestamps, dtype=np.float64))
+    return whole.astype(np.int64) * 1_000_000 + np.round(frac * 1e6).astype(np.int64)
 
 
-def _iso_micros(micros: int) -> str:
-    """`_iso` of the UTC moment ``micros`` after the epoch, without building a datetime
-    (a third of the cost, paid twice per priority)."""
-    seconds, us = divmod(micros, 1_000_000)
-    t = time.gmtime(seconds)
-    text = (
-        f"{t.tm_year:04d}-{t.tm_mon:02d}-{t.tm_mday:02d}"
-        f"T{t.tm_hour:02d}:{t.tm_min:02d}:{t.tm_sec:02d}"
-    )
-    return f"{text}.{us:06d}Z" if us else f"{text}Z"
+def _iso_many(micros: np.ndarray) -> list[str]:
+    """`_iso` of UTC moments given in epoch microseconds, formatted by numpy for the whole
+    batch (a quarter of the cost of building datetimes)."""
+    micros = np.asarray(micros, dtype=np.int64)
+    seconds = np.datetime_as_string(micros.astype("datetime64[us]"), unit="s").tolist()
+    fractions = (micros % 1_000_000).tolist()
+    return [
+        f"{text}.{us:06d}Z" if us else f"{text}Z"
+        for text, us in zip(seconds, fractions, strict=True)
+    ]
 
 
 def _first_occurrence(ids: np.ndarray) -> np.ndarray:

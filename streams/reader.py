@@ -14,6 +14,7 @@ import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 from online.events import (
     DEFAULT_EMBEDDING_DIM,
@@ -85,11 +86,26 @@ def _produce(queue: mp.Queue, *args: object) -> None:
         queue.put(traceback.format_exc())
 
 
+def _lines(stream: BinaryIO, chunk_size: int = 1 << 20) -> Iterator[bytes]:
+    """The lines of a binary stream without their newlines, read a megabyte at a time.
+
+    ``GzipFile`` iterated line by line runs its reader in Python for every line, a sixth of
+    the cost of parsing an event; one read per megabyte and a split in C cost little.
+    """
+    tail = b""
+    while chunk := stream.read(chunk_size):
+        lines = (tail + chunk).split(b"\n")
+        tail = lines.pop()
+        yield from lines
+    if tail:
+        yield tail
+
+
 def _batches(path: Path, batch_size: int, embedding_dim: int, max_outlinks: int) -> Iterator[Batch]:
     with open(path, "rb") as raw:
-        lines = gzip.GzipFile(fileobj=raw) if path.suffix == ".gz" else raw
+        stream = gzip.GzipFile(fileobj=raw) if path.suffix == ".gz" else raw
         batch = Batch()
-        for number, line in enumerate(lines, start=1):
+        for number, line in enumerate(_lines(stream), start=1):
             if not line.strip():
                 continue
             batch.lines += 1

@@ -16,7 +16,7 @@ from __future__ import annotations
 import gzip
 import os
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -64,16 +64,27 @@ class ReplaySummary:
 
 
 class FeatureTable:
-    """Feature rows waiting for their labels, then written to Parquet in row groups."""
+    """Feature rows waiting for their labels, then written to Parquet in row groups.
+
+    A page's pending row sits in a slot of one float32 matrix and a list of its other values,
+    so a batch moves rows with a few array gathers instead of one tuple and one small array
+    per fetch. Rows are written in the order their labels arrive, the rest at `close` in the
+    order their pages were last fetched.
+    """
 
     def __init__(self, path: Path, history: int, row_group: int = 50_000) -> None:
         self.names = feature_names(history)
         self.path = path
         self.row_group = row_group
-        self.pending: dict[int, tuple] = {}
-        self.done: list[tuple] = []
         self.rows = 0
         self.labelled = 0
+        self._slot: dict[int, int] = {}  # page id -> slot
+        self._meta: list[tuple | None] = []  # slot -> the pending row's values but features
+        self._last: list[int] = []  # slot -> sequence number of the page's latest fetch
+        self._matrix = np.empty((0, len(self.names)), dtype=np.float32)
+        self._seq = 0
+        self._done_meta: list[tuple] = []
+        self._done_rows: list[np.ndarray] = []
         self.schema = pa.schema(
             [
                 ("url", pa.string()),
@@ -95,40 +106,92 @@ class FeatureTable:
         self.writer = pq.ParquetWriter(path, self.schema, compression="zstd")
 
     def add(self, r: Processed) -> None:
-        assert r.row is not None and r.priority is not None
-        previous = self.pending.pop(r.page_id, None)
-        if previous is not None:
-            interval = r.emitted.interval
-            if interval is not None:
-                label = (interval.new_internal, interval.new_external, interval.days)
-                self.labelled += 1
-            else:
-                label = (None, None, None)
-            self._finish(previous, (*label, _millis(r.event)))
-        self.pending[r.page_id] = (
-            r.event.url,
-            r.page_id,
-            r.event.crawl,
-            _millis(r.event),
-            r.event.status,
-            r.priority["score"],
-            r.priority["p_new"],
-            r.priority["expected_new_internal"],
-            r.priority["expected_new_external"],
-            r.row.astype(np.float32),
-        )
+        """One scored fetch (`add_batch` of one)."""
+        self.add_batch([r])
 
-    def _finish(self, row: tuple, label: tuple) -> None:
-        self.done.append((*row, *label))
-        self.rows += 1
-        if len(self.done) >= self.row_group:
+    def add_batch(self, scored: Sequence[Processed]) -> None:
+        """Scored fetches in stream order: each labels its page's pending row, then waits."""
+        if not scored:
+            return
+        rows = np.stack([r.row for r in scored]).astype(np.float32)  # type: ignore[misc]
+        slots = self._slots([r.page_id for r in scored])
+        finished_meta: list[tuple] = []
+        from_matrix: list[int] = []  # slots whose pre-batch row is finished
+        from_batch: list[int] = []  # positions in this batch whose row is finished
+        source: list[bool] = []  # per finished row: from this batch?
+        in_batch: dict[int, int] = {}  # slot -> position of its latest row in this batch
+        meta_list, last = self._meta, self._last
+        for at, (r, slot) in enumerate(zip(scored, slots, strict=True)):
+            event, priority = r.event, r.priority
+            assert priority is not None
+            millis = _millis(event)
+            previous = meta_list[slot]
+            if previous is not None:
+                interval = r.emitted.interval
+                if interval is not None:
+                    label = (interval.new_internal, interval.new_external, interval.days, millis)
+                    self.labelled += 1
+                else:
+                    label = (None, None, None, millis)
+                finished_meta.append(previous + label)
+                position = in_batch.get(slot)
+                source.append(position is not None)
+                if position is None:
+                    from_matrix.append(slot)
+                else:
+                    from_batch.append(position)
+            meta_list[slot] = (
+                event.url,
+                r.page_id,
+                event.crawl,
+                millis,
+                event.status,
+                priority["score"],
+                priority["p_new"],
+                priority["expected_new_internal"],
+                priority["expected_new_external"],
+            )
+            in_batch[slot] = at
+            last[slot] = self._seq + at
+        self._seq += len(scored)
+        if finished_meta:
+            block = np.empty((len(finished_meta), rows.shape[1]), dtype=np.float32)
+            from_this_batch = np.array(source, dtype=bool)
+            block[~from_this_batch] = self._matrix[from_matrix]
+            block[from_this_batch] = rows[from_batch]
+            self._finish(finished_meta, block)
+        latest = np.fromiter(in_batch.values(), np.int64, len(in_batch))
+        self._matrix[np.fromiter(in_batch, np.int64, len(in_batch))] = rows[latest]
+
+    def _slots(self, page_ids: list[int]) -> list[int]:
+        slot_of = self._slot
+        slots = []
+        for pid in page_ids:
+            slot = slot_of.get(pid)
+            if slot is None:
+                slot = slot_of[pid] = len(self._meta)
+                self._meta.append(None)
+                self._last.append(-1)
+            slots.append(slot)
+        if len(self._meta) > len(self._matrix):  # grow by doubling
+            size = max(2 * len(self._matrix), len(self._meta), 1024)
+            grown = np.empty((size, len(self.names)), dtype=np.float32)
+            grown[: len(self._matrix)] = self._matrix
+            self._matrix = grown
+        return slots
+
+    def _finish(self, meta: list[tuple], rows: np.ndarray) -> None:
+        self._done_meta.extend(meta)
+        self._done_rows.append(rows)
+        self.rows += len(meta)
+        if len(self._done_meta) >= self.row_group:
             self._flush()
 
     def _flush(self) -> None:
-        if not self.done:
+        if not self._done_meta:
             return
-        cols = list(zip(*self.done, strict=True))
-        matrix = np.stack(cols[9])
+        cols = list(zip(*self._done_meta, strict=True))
+        matrix = np.concatenate(self._done_rows)
         arrays = [
             pa.array(cols[0], pa.string()),
             pa.array(cols[1], pa.int64()),
@@ -140,18 +203,23 @@ class FeatureTable:
             pa.array(cols[7], pa.float64()),
             pa.array(cols[8], pa.float64()),
             *[pa.array(matrix[:, j], pa.float32()) for j in range(len(self.names))],
+            pa.array(cols[9], pa.int32()),
             pa.array(cols[10], pa.int32()),
-            pa.array(cols[11], pa.int32()),
-            pa.array(cols[12], pa.float32()),
-            pa.array(cols[13], pa.timestamp("ms", tz="UTC")),
+            pa.array(cols[11], pa.float32()),
+            pa.array(cols[12], pa.timestamp("ms", tz="UTC")),
         ]
         self.writer.write_table(pa.Table.from_arrays(arrays, schema=self.schema))
-        self.done.clear()
+        self._done_meta.clear()
+        self._done_rows.clear()
 
     def close(self) -> None:
-        for row in self.pending.values():
-            self._finish(row, (None, None, None, None))
-        self.pending.clear()
+        waiting = [s for s, meta in enumerate(self._meta) if meta is not None]
+        waiting.sort(key=self._last.__getitem__)
+        for lo in range(0, len(waiting), self.row_group):
+            part = waiting[lo : lo + self.row_group]
+            meta = [self._meta[s] + (None, None, None, None) for s in part]  # type: ignore[operator]
+            self._finish(meta, self._matrix[part])
+        self._meta = [None] * len(self._meta)
         self._flush()
         self.writer.close()
 
@@ -229,11 +297,9 @@ def replay(
                 rejects.write(orjson.dumps(reject.as_dict()) + b"\n")
             for fetch in batch.fetches:
                 summary.dropped_outlinks += fetch.dropped_outlinks
-            lines = []
-            for r in pipeline.process(batch.fetches):
-                if r.priority is not None:
-                    lines.append(orjson.dumps(r.priority))
-                    table.add(r)
+            scored = [r for r in pipeline.process(batch.fetches) if r.priority is not None]
+            lines = [orjson.dumps(r.priority) for r in scored]
+            table.add_batch(scored)
             if lines:  # one compress call per batch (zlib lets other threads run meanwhile)
                 priorities.write(b"\n".join(lines) + b"\n")
             bar.update(task, completed=batch.position, events=summary.events_read)

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import gzip
+import io
 from pathlib import Path
 
 import numpy as np
 import orjson
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from batch.generate import GeneratorConfig, generate_events
-from streams.reader import read_batches
+from streams.reader import _lines, read_batches
 from streams.stores import Neighbours, stats_from_bytes, stats_to_bytes
 
 
@@ -50,3 +53,38 @@ def test_neighbours_and_stats_bytes_round_trip() -> None:
     row = np.arange(16, dtype=np.float32)
     row[3] = np.nan
     assert np.array_equal(stats_from_bytes(stats_to_bytes(row)), row, equal_nan=True)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.binary(max_size=12).map(lambda b: b.replace(b"\n", b"")), max_size=30),
+    st.booleans(),
+    st.integers(min_value=1, max_value=40),
+)
+def test_chunked_lines_equal_line_iteration(
+    lines: list[bytes], newline_at_end: bool, chunk: int
+) -> None:
+    """Lines cut across chunk boundaries, blank lines and a missing last newline come out as
+    iterating the file by lines would give them (without the newline)."""
+    data = b"\n".join(lines) + (b"\n" if newline_at_end and lines else b"")
+    expected = [line.rstrip(b"\n") for line in io.BytesIO(data)]
+    assert list(_lines(io.BytesIO(data), chunk_size=chunk)) == expected
+
+
+def test_reader_line_numbers_across_chunks_of_a_gzip_file(tmp_path: Path) -> None:
+    """Line numbers of rejects stay right when events span the reader's read chunks."""
+    events = list(generate_events(GeneratorConfig(pages=300, crawls=4, seed=2)))
+    lines = [orjson.dumps(e) for e in events]
+    bad = b'{"url": "ftp://x.org/", "fetched_at": 1, "outlinks": []}'
+    lines.insert(3, bad)
+    lines.insert(700, bad)
+    lines.append(bad)  # the last line, with no newline after it
+    lines.insert(10, b"")  # blank: counted as a line number, not as an event
+    path = tmp_path / "e.jsonl.gz"
+    with gzip.open(path, "wb") as fh:
+        fh.write(b"\n".join(lines))  # no newline at the end
+    batches = list(read_batches(path, batch_size=100))
+    numbers = [r.line for b in batches for r in b.rejects]
+    assert numbers == [4, 702, len(lines)]
+    assert all(r.field == "url" for b in batches for r in b.rejects)
+    assert sum(len(b.fetches) for b in batches) == len(events)

@@ -20,7 +20,7 @@ from online.features import (
 from online.history import update
 from online.links import link_info
 from streams.gcpolicy import frozen_survivors
-from streams.pipeline import _iso, _iso_micros, _micros
+from streams.pipeline import _iso, _iso_many, _micros_many, _next_fetch_iso
 from streams.stores import MemoryPageStore, PageWrites
 
 DAY = 86_400
@@ -83,21 +83,30 @@ def test_related_features_of_versions_equals_gathered_stats() -> None:
         assert np.array_equal(alone[0], got[i], equal_nan=True)
 
 
+_TIMESTAMPS = st.one_of(
+    # every second datetime can hold (years 1 to 9999), and the usual epoch range
+    st.floats(min_value=-62_135_596_800, max_value=253_402_300_799 - 31 * 86_400),
+    st.floats(min_value=-2e9, max_value=4e9),
+    st.integers(min_value=0, max_value=4_000_000_000).map(float),
+    st.integers(min_value=0, max_value=4_000_000_000_000).map(lambda ms: ms / 1000),
+)
+
+
 @settings(max_examples=300, deadline=None)
 @given(
-    st.one_of(
-        st.floats(min_value=-2e9, max_value=4e9, allow_nan=False),
-        st.integers(min_value=0, max_value=4_000_000_000).map(float),
-        st.integers(min_value=0, max_value=4_000_000_000_000).map(lambda ms: ms / 1000),
-    ),
-    st.floats(min_value=0.25, max_value=30.0),
+    st.lists(_TIMESTAMPS, min_size=1, max_size=20),
+    st.lists(st.one_of(st.none(), st.floats(min_value=0.25, max_value=30.0)), min_size=20),
 )
-def test_iso_from_micros_equals_datetime(timestamp: float, wait_days: float) -> None:
-    moment = datetime.fromtimestamp(timestamp, UTC)
-    assert _iso_micros(_micros(timestamp)) == _iso(moment)
-    wait = timedelta(days=wait_days)
-    later = _micros(timestamp) + (wait.days * DAY + wait.seconds) * 1_000_000 + wait.microseconds
-    assert _iso_micros(later) == _iso(moment + wait)
+def test_iso_from_micros_equals_datetime(timestamps: list[float], waits: list) -> None:
+    moments = [datetime.fromtimestamp(t, UTC) for t in timestamps]
+    micros = _micros_many(timestamps)
+    assert _iso_many(micros) == [_iso(m) for m in moments]
+    waits = waits[: len(timestamps)]
+    expected = [
+        None if days is None else _iso(m + timedelta(days=days))
+        for m, days in zip(moments, waits, strict=True)
+    ]
+    assert _next_fetch_iso(micros, waits) == expected
 
 
 def test_memory_store_stats_lookup_over_growing_batches() -> None:
