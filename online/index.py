@@ -298,12 +298,15 @@ class FaissIndex:
     def reconstruct_many(self, page_ids: np.ndarray) -> np.ndarray:
         """Stored vectors of indexed pages, one row per id (KeyError for an unknown id)."""
         ids = _as_ids(page_ids)
-        missing = [i for i in ids.tolist() if i not in self._live]
-        if missing:
-            raise KeyError(f"pages not indexed: {missing[:5]}")
         if not len(ids):
             return np.zeros((0, self.dim), np.float32)
-        return np.asarray(self._index.reconstruct_batch(ids), dtype=np.float32)
+        try:  # FAISS checks every id itself; a Python membership pass cost a fifth as much
+            return np.asarray(self._index.reconstruct_batch(ids), dtype=np.float32)
+        except RuntimeError:
+            missing = [i for i in ids.tolist() if i not in self._live]
+            if not missing:
+                raise
+            raise KeyError(f"pages not indexed: {missing[:5]}") from None
 
     @property
     def _index(self) -> faiss.Index:
