@@ -74,7 +74,7 @@ class Processed:
         return as_dict(self.row, self.names)
 
 
-@dataclass
+@dataclass(slots=True)
 class _Pending:
     event: Fetch
     page_id: int

@@ -153,16 +153,20 @@ class MemoryPageStore:
         if writes.learner is not None:
             self.learner = writes.learner
         added: list[int] = []
-        for pid, values in writes.stats.items():
+        rows: list[int] = []
+        for pid in writes.stats:
             row = self._stats_row.get(pid)
             if row is None:
                 row = self._stats_row[pid] = len(self._stats_row)
                 added.append(pid)
-                if row >= len(self._stats):
-                    grown = np.full((2 * len(self._stats), N_STATS), np.nan, dtype=np.float32)
-                    grown[: len(self._stats)] = self._stats
-                    self._stats = grown
-            self._stats[row] = values
+            rows.append(row)
+        if len(self._stats_row) > len(self._stats):
+            size = max(2 * len(self._stats), len(self._stats_row))
+            grown = np.full((size, N_STATS), np.nan, dtype=np.float32)
+            grown[: len(self._stats)] = self._stats
+            self._stats = grown
+        if rows:  # one assignment for the batch (the dict holds one row per page)
+            self._stats[rows] = np.stack(list(writes.stats.values()))
         if added:
             new_ids = np.array(added, dtype=np.int64)
             order = np.argsort(new_ids)
