@@ -143,3 +143,31 @@ def test_stream_learner_does_not_depend_on_how_the_stream_is_cut() -> None:
     whole = run(300)
     for cut in (1, 7, 64):
         assert np.array_equal(run(cut), whole)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_learn_array_equals_learn_many(kind) -> None:
+    """The pipeline's array path (River's step called on numpy) leaves every model exactly
+    where River's own frame-based learn_many does: same weights, same predictions."""
+    rng = np.random.default_rng(3)
+    cols = ["a", "b", "c", "d"]
+    by_frames, by_arrays = LinkLearner(kind=kind, seed=2), LinkLearner(kind=kind, seed=2)
+    for _ in range(6):
+        values = rng.poisson(2.0, size=(32, len(cols))).astype(np.float64)
+        values[rng.random(values.shape) < 0.2] = np.nan  # missing features
+        internal = rng.poisson(3.0, 32).astype(np.float64)
+        external = rng.poisson(0.5, 32).astype(np.float64)
+        days = rng.choice([3.5, 7.0, 14.0, np.nan], 32)
+        labels = {"new_internal": internal, "new_external": external, "interval_days": days}
+        by_frames.learn_many(pd.DataFrame(values, columns=cols), pd.DataFrame(labels))
+        by_arrays.learn_array(values, cols, internal, external, days)
+    assert by_arrays.n_learned == by_frames.n_learned == 192
+    probe = rng.poisson(2.0, size=(20, len(cols))).astype(np.float64)
+    got = by_arrays.predict_array(probe, cols)
+    want = by_frames.predict_array(probe, cols)
+    for name in LinkLearner.output_names:
+        assert np.array_equal(got[name], want[name]), name
+    if kind == "linear":
+        for key, model in by_frames._models.items():
+            assert dict(by_arrays._models[key]._weights) == dict(model._weights), key
+            assert by_arrays._models[key].intercept == model.intercept, key
