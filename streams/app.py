@@ -32,6 +32,7 @@ from prometheus_client import generate_latest
 
 from streams.kafka_io import aiokafka_options, parse_embedding, ssl_context
 from streams.live import LiveProcessor, Metrics, RecordLike, parse_values
+from streams.maththreads import single_math_thread
 from streams.redis_store import RedisPageStore, redis_client
 from streams.settings import Settings
 
@@ -184,6 +185,8 @@ def create_app(settings: Settings, *, store: RedisPageStore | None = None) -> fa
     publisher = BatchPublisher(settings)
 
     live = LiveProcessor(settings, store, publisher.publish, metrics)
+    # For the worker's lifetime: spinning BLAS threads would take the parser's core.
+    app.lookaround_math_threads = single_math_thread()  # type: ignore[attr-defined]
     app.lookaround = live  # type: ignore[attr-defined]
     state = {"running": False, "replica_ready": asyncio.Event(), "replica_error": None}
     app.lookaround_state = state  # type: ignore[attr-defined]

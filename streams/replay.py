@@ -31,6 +31,7 @@ from online.features import feature_names
 from online.index import FaissIndex
 from online.scoring import DEFAULT_SCORER
 from streams.gcpolicy import frozen_survivors
+from streams.maththreads import single_math_thread
 from streams.pipeline import PagePipeline, PipelineConfig, Processed
 from streams.reader import Batch, read_batches
 from streams.rundir import FEATURES_FILE, PRIORITIES_FILE, REJECTS_FILE, SUMMARY_FILE
@@ -265,6 +266,7 @@ def replay(
     started = time.perf_counter()
     total = events_file.stat().st_size if batches is None else None
     with (
+        single_math_thread(),
         frozen_survivors() as settle,
         gzip.open(out_dir / PRIORITIES_FILE, "wb", compresslevel=1) as priorities,
         open(out_dir / REJECTS_FILE, "wb") as rejects,
