@@ -33,9 +33,7 @@ def main() -> None:
         events = out / "crawl.jsonl.gz"
         write_events(events, GeneratorConfig(pages=args.pages, crawls=args.crawls, seed=7))
     started = time.perf_counter()
-    frame, facts = compare_scorers(
-        events, out, holdout_crawls=args.holdout_crawls, kind=args.kind
-    )
+    frame, facts = compare_scorers(events, out, holdout_crawls=args.holdout_crawls, kind=args.kind)
     print(
         f"batch model {facts['model']} ({facts['kind']}) trained on {facts['train_rows']:,} "
         f"rows; held-out crawls {facts['held_out_crawls']} ({facts['held_out_rows']:,} rows)"

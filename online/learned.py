@@ -136,9 +136,7 @@ class _LearnedScorer(_MatrixScorer):
         parts.append(("lbla", lbla, np.maximum(1.0 - learned_weight, 0.0)))
         intervals = X[:, columns["dp_intervals"]] if "dp_intervals" in columns else np.zeros(n)
         related = columns.get("dn_related_coverage")
-        related_known = (
-            np.zeros(n, bool) if related is None else np.nan_to_num(X[:, related]) > 0
-        )
+        related_known = np.zeros(n, bool) if related is None else np.nan_to_num(X[:, related]) > 0
         scores = combine(
             parts,
             intervals=intervals,

@@ -44,9 +44,7 @@ class Settings(BaseSettings):
 
     # -- Kafka ---------------------------------------------------------------------------------
     kafka_bootstrap: str = Field("127.0.0.1:9092", description="host:port[,host:port...]")
-    kafka_security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = (
-        "PLAINTEXT"
-    )
+    kafka_security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
     kafka_sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] = "PLAIN"
     kafka_sasl_username: str | None = None
     kafka_sasl_password: SecretStr | None = None
