@@ -300,7 +300,7 @@ class FaissIndex:
         ids = _as_ids(page_ids)
         if not len(ids):
             return np.zeros((0, self.dim), np.float32)
-        try:  # FAISS checks every id itself; a Python membership pass cost a fifth as much
+        try:  # FAISS checks every id; a Python membership pass first added a fifth
             return np.asarray(self._index.reconstruct_batch(ids), dtype=np.float32)
         except RuntimeError:
             missing = [i for i in ids.tolist() if i not in self._live]

@@ -106,10 +106,6 @@ class FeatureTable:
         )
         self.writer = pq.ParquetWriter(path, self.schema, compression="zstd")
 
-    def add(self, r: Processed) -> None:
-        """One scored fetch (`add_batch` of one)."""
-        self.add_batch([r])
-
     def add_batch(self, scored: Sequence[Processed]) -> None:
         """Scored fetches in stream order: each labels its page's pending row, then waits."""
         if not scored:
