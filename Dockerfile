@@ -14,7 +14,8 @@ FROM ${PYTHON_IMAGE} AS build
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PYTHONDONTWRITEBYTECODE=1
-# A compiler only for the rare dependency without a wheel; it stays in this stage.
+# A compiler for lookaround's own compiled kernels (online/kernels.pyx) and the rare dependency
+# without a wheel; it stays in this stage.
 RUN apt-get update \
     && apt-get install -y --no-install-recommends build-essential \
     && rm -rf /var/lib/apt/lists/*
@@ -24,7 +25,7 @@ WORKDIR /src
 # Dependencies first (cached until constraints.txt changes), exactly as pinned.
 COPY constraints.txt ./
 RUN pip install --no-deps -r constraints.txt
-COPY pyproject.toml README.md ./
+COPY pyproject.toml setup.py MANIFEST.in README.md ./
 COPY online ./online
 COPY batch ./batch
 COPY streams ./streams

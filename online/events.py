@@ -21,9 +21,8 @@ from __future__ import annotations
 
 import math
 import operator
-import re
 import struct
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -41,7 +40,9 @@ from pydantic import (
     field_validator,
 )
 
-from online.links import InvalidURL, LinkInfo, canonical_flags, link_info
+from online.fastparse import FastFetch, unit_vector_bytes
+from online.kernels import SlotRecord
+from online.links import InvalidURL, LinkInfo, canonical_summary, link_info
 
 DEFAULT_EMBEDDING_DIM = 192
 DEFAULT_MAX_OUTLINKS = 100_000
@@ -271,26 +272,21 @@ _FETCH_FIELDS = tuple(Fetch.__dataclass_fields__)
 _fetch_values = operator.attrgetter(*_FETCH_FIELDS)
 
 
-def _positional_constructor() -> Callable[..., Fetch]:
-    """``Fetch(*values)`` at half the cost, for the parser and for unpickling batches.
-
-    The frozen dataclass's ``__init__`` stores each field through ``object.__setattr__``
-    (looked up and called per field); this one calls each slot's own setter, the way the
-    dataclass machinery builds its ``__init__`` (generated source). Same fields, same result.
-    """
-    setters = {f"_set_{name}": getattr(Fetch, name).__set__ for name in _FETCH_FIELDS}
-    source = (
-        f"def _new_fetch({', '.join(_FETCH_FIELDS)}):\n"
-        "    fetch = _new(Fetch)\n"
-        + "".join(f"    _set_{name}(fetch, {name})\n" for name in _FETCH_FIELDS)
-        + "    return fetch\n"
-    )
-    namespace = {"__name__": __name__, "_new": object.__new__, "Fetch": Fetch, **setters}
-    exec(source, namespace)
-    return namespace["_new_fetch"]
+#: ``Fetch(*values)`` at a fraction of the cost, for the parser and for unpickling batches:
+#: each slot's own setter is called from compiled code, the way the frozen dataclass's
+#: ``__init__`` stores each field (same fields, same result).
+_new_fetch = SlotRecord(Fetch, _FETCH_FIELDS)
 
 
-_new_fetch = _positional_constructor()
+def fetch_columns(fetches: list[Fetch]) -> tuple[tuple, ...]:
+    """Fetches as one tuple per field: what a batch pickles (a few long tuples of plain values
+    pickle in about a third of the time of the records one by one)."""
+    return tuple(zip(*map(_fetch_values, fetches), strict=True))
+
+
+def fetches_from_columns(columns: tuple[tuple, ...]) -> list[Fetch]:
+    """Inverse of `fetch_columns`."""
+    return list(map(_new_fetch, *columns)) if columns else []
 
 
 def _checked_vector(value: list | tuple, dim: int) -> np.ndarray:
@@ -383,9 +379,9 @@ def prepare(event: FetchedPage) -> Fetch:
 
 
 def _unit_bytes(raw: np.ndarray) -> bytes:
-    """A float32 vector scaled to unit length, as little-endian bytes (norm taken in float64)."""
-    wide = raw.astype(np.float64)
-    return (raw / np.float32(math.sqrt(wide @ wide))).astype("<f4", copy=False).tobytes()
+    """A float32 vector scaled to unit length, as little-endian bytes (norm taken in float64,
+    summed in order: the fast path's kernel does the same arithmetic)."""
+    return unit_vector_bytes(np.ascontiguousarray(raw, dtype=np.float32))
 
 
 _F32 = struct.Struct("<f")
@@ -397,8 +393,8 @@ def _f32(value: float | None) -> float | None:
         return None
     try:
         return _F32.unpack(_F32.pack(value))[0]
-    except OverflowError:  # beyond float32: keep the float32 infinity of the right sign
-        return float(np.float32(value))
+    except OverflowError:  # beyond float32: the float32 infinity of the right sign
+        return math.copysign(math.inf, value)
 
 
 def parse_fetch(
@@ -426,196 +422,20 @@ def parse_fetch(
     return prepare(parse_event(raw, embedding_dim=embedding_dim, max_outlinks=max_outlinks))
 
 
-_PLAIN_FIELDS = ("url", "fetched_at", "outlinks", "crawl", "content_digest", "text", "embedding")
-_MAX_EXACT = 1 << 53  # ints up to here are exact as floats; larger ones take the slow path
-# The optional numbers in `Fetch` order, and which of them are counts (ints >= 0).
-_NUMBER_FIELDS = (
-    "content_size",
-    "text_size",
-    "text_quality",
-    "inlinks_internal",
-    "inlinks_external",
-    "pagerank",
-    "trustrank",
-)
-_IS_COUNT = (True, True, False, True, True, False, False)
-_F32_ROWS = [struct.Struct(f"<{n}f") for n in range(len(_NUMBER_FIELDS) + 1)]
-# An embedding whose squared norm is within (0, this] is finite, not zero and well inside
-# float32 range (every |x| <= 1e38): the validator's three checks in one dot product.
-_MAX_SQUARED_NORM = 1e76
-# The ISO-8601 forms pydantic and datetime.fromisoformat read alike: 'T', seconds, at most
-# microseconds, 'Z' or a +hh:mm offset; years 1900-2999 so no offset leaves datetime's range.
-_ISO_TIME = re.compile(
-    r"(?:19|2[0-9])[0-9]{2}-[01][0-9]-[0-3][0-9]"
-    r"T(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\.[0-9]{1,6})?"
-    r"(?:Z|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])?"
-)
-_MS_WATERSHED = 2e10  # pydantic reads epoch numbers beyond this as milliseconds
+def _general_links(outlinks: list, page: LinkInfo) -> tuple[bytes, bytes, int, int, int]:
+    """The validator's own outlink loop, for lists the compiled fast path cannot take whole:
+    (sorted fingerprints, their flags, internal count, distinct links, malformed entries)."""
+    kept, dropped = _collect_links(outlinks)
+    by_fp, n_internal = _summarise_links(page, kept.values())
+    order = sorted(by_fp)
+    fps = np.fromiter(order, dtype="<u4", count=len(order)).tobytes()
+    return fps, bytes(map(by_fp.__getitem__, order)), n_internal, len(kept), dropped
 
 
-def _fast_timestamp(value: object) -> float | None:
-    """Epoch seconds of a plain ``fetched_at`` (strict ISO text or whole seconds), else None."""
-    if type(value) is str:
-        if _ISO_TIME.fullmatch(value) is None:
-            return None
-        try:
-            moment = datetime.fromisoformat(value)
-        except ValueError:  # a day that does not exist
-            return None
-        if moment.tzinfo is None:
-            moment = moment.replace(tzinfo=UTC)
-        return moment.timestamp()
-    if type(value) is int:
-        return float(value) if 0 <= value < _MS_WATERSHED else None
-    if type(value) is float and value.is_integer() and 0.0 <= value < _MS_WATERSHED:
-        return value
-    return None  # pydantic rounds fractions of a second its own way: leave those to it
-
-
-def _fast_numbers(data: dict[str, Any]) -> list[float | None] | None:
-    """The optional page numbers in `Fetch` order, rounded as `prepare` does, or None if one is
-    not a plain int (counts: >= 0) or finite float."""
-    values = list(map(data.get, _NUMBER_FIELDS))
-    if None not in values:  # the usual event: all given, counts as ints, the rest as floats
-        size, text_size, quality, inlinks_internal, inlinks_external, pagerank, trustrank = values
-        if (
-            type(size) is type(text_size) is type(inlinks_internal) is type(inlinks_external) is int
-            and type(quality) is type(pagerank) is type(trustrank) is float
-            and min(size, text_size, inlinks_internal, inlinks_external) >= 0
-            and max(size, text_size, inlinks_internal, inlinks_external) <= _MAX_EXACT
-            and math.isfinite(quality + pagerank + trustrank)  # NaN or an infinity spreads
-        ):
-            try:
-                return list(_F32_ROWS[7].unpack(_F32_ROWS[7].pack(*values)))
-            except OverflowError:
-                pass  # beyond float32 range: the general way below
-    for value, count in zip(values, _IS_COUNT, strict=True):
-        if value is None:
-            continue
-        if type(value) is int:
-            if not (0 if count else -_MAX_EXACT) <= value <= _MAX_EXACT:
-                return None
-        elif count or type(value) is not float or not math.isfinite(value):
-            return None
-    present = [value for value in values if value is not None]
-    row = _F32_ROWS[len(present)]
-    try:
-        rounded = row.unpack(row.pack(*present))  # _f32 of all at once
-    except OverflowError:  # beyond float32 range: _f32 gives the infinity
-        rounded = tuple(map(_f32, present))
-    if len(present) == len(values):
-        return list(rounded)
-    each = iter(rounded)
-    return [None if value is None else next(each) for value in values]
-
-
-def _canonical_summary(links: list[str], flags: list[bool]) -> tuple[bytes, bytes, int, int] | None:
-    """(sorted fingerprints, their internal flags, internal count, link count) of canonical
-    links, all distinct by fingerprint; None if some fingerprints repeat (duplicate links or a
-    32-bit collision), left to the general loop, which keeps the first occurrence."""
-    n = len(links)
-    fps = np.array(list(map(xxhash.xxh3_64_intdigest, links)), dtype=np.uint64).astype("<u4")
-    order = fps.argsort(kind="stable")
-    fps = fps[order]
-    if n > 1 and (fps[1:] == fps[:-1]).any():
-        return None
-    flag_bytes = np.frombuffer(bytes(flags), dtype=np.uint8)[order].tobytes()
-    return fps.tobytes(), flag_bytes, flags.count(True), n
-
-
-def _fast_fetch(data: dict[str, Any], embedding_dim: int, max_outlinks: int) -> Fetch | None:
-    """The `Fetch` of an event whose every field has exactly its plain expected type, else None.
-
-    None means "not sure", never "invalid": the caller then asks `parse_event`. Whatever is
-    accepted here gives a record equal (``==``) to ``prepare(parse_event(raw))``'s.
-    """
-    url, fetched_at, outlinks, crawl, digest, text, embedding = map(data.get, _PLAIN_FIELDS)
-    stamp = _fast_timestamp(fetched_at)
-    status = data.get("status", 200)
-    if (
-        type(url) is not str
-        or stamp is None
-        or type(outlinks) is not list
-        or len(outlinks) > max_outlinks
-        or type(status) is not int
-        or not 100 <= status <= 599
-        or (
-            crawl is not None and (type(crawl) is not int or not -_MAX_EXACT <= crawl <= _MAX_EXACT)
-        )
-        or (digest is not None and type(digest) is not str)
-        or (text is not None and type(text) is not str)
-        or (
-            embedding is not None
-            and (type(embedding) is not list or len(embedding) != embedding_dim)
-        )
-    ):
-        return None
-    numbers = _fast_numbers(data)
-    if numbers is None:
-        return None
-    vector = None
-    if embedding is not None:
-        try:
-            wide = np.fromiter(embedding, dtype=np.float64, count=embedding_dim)
-        except (TypeError, ValueError, OverflowError):
-            return None
-        if not 0.0 < wide @ wide <= _MAX_SQUARED_NORM:  # NaN fails this too
-            return None
-        single = wide.astype(np.float32)
-        if not single.any():  # zero in float32: the validator rejects it
-            return None
-        vector = _unit_bytes(single)
-    try:
-        page = link_info(url)
-        normalised = page.url
-        if normalised != url:  # the validator parses the normalised URL again
-            page = link_info(normalised)
-        summary = None
-        internal = canonical_flags(outlinks, page) if outlinks else None
-        if internal is not None:
-            summary = _canonical_summary(outlinks, internal)
-        if summary is None:  # the validator's own loop
-            kept, dropped = _collect_links(outlinks)
-            by_fp, n_internal = _summarise_links(page, kept.values())
-            order = sorted(by_fp)
-            fps = np.fromiter(order, dtype="<u4", count=len(order)).tobytes()
-            flags = bytes(map(by_fp.__getitem__, order))
-            n_links = len(kept)
-        else:
-            fps, flags, n_internal, n_links = summary
-            dropped = 0
-    except ValueError:  # InvalidURL, or text that cannot be encoded: the slow path says which
-        return None
-    if vector is not None:
-        source_fp = xxhash.xxh32_intdigest(vector) or 1
-    elif text:
-        source_fp = xxhash.xxh32_intdigest(text.encode("utf-8"), seed=1) or 1
-    else:
-        source_fp = 0
-    size, text_size, quality, inlinks_internal, inlinks_external, pagerank, trustrank = numbers
-    return _new_fetch(
-        normalised,
-        page.page_id,
-        stamp,
-        status,
-        crawl,
-        size,
-        text_size,
-        quality,
-        n_internal,
-        n_links - n_internal,
-        inlinks_internal,
-        inlinks_external,
-        pagerank,
-        trustrank,
-        xxhash.xxh32_intdigest(digest.encode("utf-8")) or 1 if digest else 0,
-        fps,
-        flags,
-        vector,
-        source_fp,
-        text if vector is None else None,
-        dropped,
-    )
+#: ``_fast_fetch(data, embedding_dim, max_outlinks) -> Fetch | None``: the compiled fast path
+#: (`online.fastparse.FastFetch`). None means "not sure", never "invalid": the caller then
+#: asks `parse_event`. Whatever it accepts equals ``prepare(parse_event(raw))``.
+_fast_fetch = FastFetch(_new_fetch, link_info, canonical_summary, _general_links)
 
 
 def _event_error(exc: ValidationError) -> EventError:

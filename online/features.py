@@ -25,7 +25,8 @@ from itertools import chain
 
 import numpy as np
 
-from online.history import DEFAULT_HISTORY, SN_FIELDS, SP_FIELDS, Interval, PageState
+from online.history import DEFAULT_HISTORY, SN_FIELDS, SP_FIELDS, PageState
+from online.kernels import own_history_values, weighted_stat_means
 from online.links import LinkInfo, domain_depth, url_path_depth
 
 #: Per-page stats that related pages contribute (one float32 row per page in the stats store).
@@ -128,22 +129,7 @@ def own_feature_matrix(
     lags in a fixed order (most recent first), so a row is the same whatever the batch.
     """
     n_rows, h = len(states), max(history, 0)
-    lens = np.zeros(n_rows, dtype=np.int64)
-    flat: list[Interval] = []
-    head = []
-    for i, state in enumerate(states):
-        window = state.window[-h:] if h else ()
-        lens[i] = len(window)
-        flat.extend(reversed(window))
-        head.append((*state.sp, *state.sp_previous, *state.sn, state.fetches, state.errors))
-    width = 2 * len(SP_FIELDS) + len(SN_FIELDS) + 2
-    top = _float_rows(head, width)
-    lags = np.full((n_rows, h, 4), np.nan)  # new internal, new external, changed, days
-    if flat:
-        rows = np.repeat(np.arange(n_rows), lens)
-        starts = np.cumsum(lens) - lens
-        lag = np.arange(len(flat)) - np.repeat(starts, lens)
-        lags[rows, lag] = _float_rows(flat, 4)
+    top, lags, lens = own_history_values(list(states), h)
     known = ~np.isnan(lags[:, :, 0])
     zeroed = np.where(known[:, :, None], lags, 0.0)
     sums = np.zeros((n_rows, 4))
@@ -240,17 +226,16 @@ def related_features_of_versions(
     weights: np.ndarray, versions: np.ndarray, version: np.ndarray
 ) -> np.ndarray:
     """`related_features` where slot (i, j) holds stats row ``versions[version[i, j]]``
-    (-1: no neighbour). The pipeline's form: each stats row is checked for missing values
-    once, however many pages list it, and no (B, k, N_STATS) NaN-masked copies are made."""
-    known = ~np.isnan(versions)
-    values = np.where(known, versions, 0.0)
-    slot = np.maximum(version, 0)
+    (-1: no neighbour). The pipeline's form: no (B, k, N_STATS) copies are made; the weighted
+    means are one compiled pass over the slots in order (`online.kernels.weighted_stat_means`),
+    so a row is the same whatever the batch."""
+    weights = np.ascontiguousarray(weights, dtype=np.float64)
+    version = np.ascontiguousarray(version, dtype=np.int64)
+    versions = np.asarray(versions)
+    if versions.dtype != np.float32:
+        versions = versions.astype(np.float64)
+    means, den = weighted_stat_means(weights, np.ascontiguousarray(versions), version)
     w = np.where(version >= 0, weights, 0.0)
-    # einsum sums each row over k in slot order: the same arithmetic whatever the batch.
-    den = np.einsum("bk,bkf->bf", w, known[slot].astype(np.float64))
-    num = np.einsum("bk,bkf->bf", w, values[slot].astype(np.float64))
-    with np.errstate(invalid="ignore", divide="ignore"):
-        means = np.where(den > 0, num / den, np.nan)
     out = np.empty((len(w), len(RELATED_NAMES)), dtype=np.float64)
     count = (w > 0).sum(axis=1).astype(np.float64)
     out[:, 0] = count

@@ -33,36 +33,20 @@ a state kept in memory and one kept in Redis give the same scores.
 from __future__ import annotations
 
 import struct
-from bisect import bisect_left
 from typing import Literal, NamedTuple
 
 import numpy as np
 
 from online.events import Fetch, FetchedPage, prepare
+from online.kernels import HistoryUpdate
 
 DEFAULT_HISTORY = 8
-SECONDS_PER_DAY = 86_400.0
 NAN = float("nan")
 
 #: Static-page values that change between fetches, in state order.
 SP_FIELDS = ("content_size", "text_size", "text_quality", "internal_outlinks", "external_outlinks")
 #: Static-network values reported by the crawler, in state order.
 SN_FIELDS = ("inlinks_internal", "inlinks_external", "pagerank", "trustrank")
-
-
-_F32 = struct.Struct("<f")
-
-
-def _fingerprints(packed: bytes) -> tuple[int, ...]:
-    """Little-endian uint32 fingerprints as ints."""
-    return struct.unpack(f"<{len(packed) // 4}I", packed)
-
-
-def f32(value: float | int | None) -> float:
-    """Round to float32 (NaN for missing), the precision the state is stored at."""
-    if value is None:
-        return NAN
-    return _F32.unpack(_F32.pack(value))[0]
 
 
 class Interval(NamedTuple):
@@ -164,78 +148,31 @@ class Emitted(NamedTuple):
 def update(
     state: PageState | None, event: Fetch | FetchedPage, *, history: int = DEFAULT_HISTORY
 ) -> tuple[PageState | None, Emitted]:
-    """Apply one fetch to a page's state. Pure: the input state is never modified."""
-    fetch = event if isinstance(event, Fetch) else prepare(event)
-    ts = fetch.timestamp
-    if state is not None:
-        if ts == state.last_fetched_at:
-            return state, Emitted("duplicate")
-        if ts < state.last_fetched_at:
-            return state, Emitted("stale")
-    first = state is None
-    if state is None:
-        state = PageState(last_fetched_at=ts)
-    # Fetch values arrive rounded to float32 (see `prepare`); None keeps the old value.
-    sn = (
-        state.sn[0] if fetch.inlinks_internal is None else fetch.inlinks_internal,
-        state.sn[1] if fetch.inlinks_external is None else fetch.inlinks_external,
-        state.sn[2] if fetch.pagerank is None else fetch.pagerank,
-        state.sn[3] if fetch.trustrank is None else fetch.trustrank,
-    )
-    if not fetch.ok:
-        failed = state._replace(
-            last_fetched_at=ts,
-            last_status=fetch.status,
-            fetches=state.fetches + 1,
-            errors=state.errors + 1,
-            sn=sn,
-        )
-        return failed, Emitted("applied", None, first)
+    """Apply one fetch to a page's state. Pure: the input state is never modified.
 
-    sp = (
-        NAN if fetch.content_size is None else fetch.content_size,
-        NAN if fetch.text_size is None else fetch.text_size,
-        NAN if fetch.text_quality is None else fetch.text_quality,
-        float(fetch.internal_outlinks),
-        float(fetch.external_outlinks),
-    )
-    interval = None
-    window = state.window
-    had_ok = state.last_ok_at is not None
-    if had_ok:
-        packed = fetch.outlink_fps
-        if packed == state.outlink_fps:  # the common case: the same outlinks as last time
-            new_internal = new_external = 0
-        else:
-            fps = _fingerprints(packed)  # sorted, unique
-            new = set(fps).difference(_fingerprints(state.outlink_fps))
-            flags = fetch.outlink_internal
-            new_internal = sum(flags[bisect_left(fps, fp)] for fp in new)
-            new_external = len(new) - new_internal
-        content_fp = fetch.content_digest_fp
-        interval = Interval(
-            new_internal,
-            new_external,
-            bool(content_fp and state.content_fp and content_fp != state.content_fp),
-            f32((ts - state.last_ok_at) / SECONDS_PER_DAY),  # type: ignore[operator]
-        )
-        window = (*window, interval)[-history:] if history > 0 else ()
-    new_state = PageState(
-        last_fetched_at=ts,
-        last_ok_at=ts,
-        last_status=fetch.status,
-        fetches=state.fetches + 1,
-        errors=state.errors,
-        intervals_total=state.intervals_total + (interval is not None),
-        content_fp=fetch.content_digest_fp or state.content_fp,
-        embedding_fp=state.embedding_fp,
-        outlink_fps=fetch.outlink_fps,
-        window=window,
-        sp=sp,
-        sp_previous=state.sp if had_ok else state.sp_previous,
-        sn=sn,
-    )
-    return new_state, Emitted("applied", interval, first)
+    * An event at the time of the page's last applied fetch is a duplicate, an older one is
+      stale: the state comes back unchanged.
+    * A failed (non-2xx) fetch counts as a fetch and an error and updates the network values;
+      the outlink history is left as it was.
+    * A successful fetch after an earlier successful one closes an interval: new internal and
+      new external outlinks (fingerprints not in the previous set), whether the content digest
+      changed, and its length in days (float32); the window keeps the last ``history``.
+
+    Compiled (`online.kernels.HistoryUpdate`); ``tests/test_history.py`` holds the plain
+    Python statement of these rules and checks the two agree on arbitrary fetch sequences.
+    """
+    fetch = event if isinstance(event, Fetch) else prepare(event)
+    return _update(state, fetch, history)
+
+
+_update = HistoryUpdate(
+    PageState,
+    Interval,
+    Emitted,
+    NAN,
+    PageState._field_defaults["sp"],
+    PageState._field_defaults["sn"],
+)
 
 
 def with_embedding(state: PageState, embedding_fp: int) -> PageState:

@@ -55,10 +55,14 @@ class VectorIndex(Protocol):
     last occurrence of an id wins. ``search`` returns ``(similarities (n, k) float32,
     ids (n, k) int64)``, best first, leaving ``exclude[i]`` out of row i; missing slots
     are id -1 with similarity 0. ``reconstruct`` / ``reconstruct_many`` give back stored
-    vectors (None / KeyError for pages not indexed).
+    vectors (None / KeyError for pages not indexed); ``stored`` gives vectors as the index
+    would store them (e.g. rounded to half precision), so a caller can compare its own
+    vectors with stored ones on equal terms.
     """
 
     dim: int
+
+    def stored(self, vectors: np.ndarray) -> np.ndarray: ...
 
     def __len__(self) -> int: ...
 
@@ -228,6 +232,11 @@ class FaissIndex:
     (0.990); ``threads=1`` because FAISS's OpenMP threads spin-wait for a core that the
     events reader or Redis holds (a 1-vector upsert took 20 ms instead of 0.3 ms).
 
+    ``storage="float16"`` (the default) keeps vectors in half precision: an IVF scan reads
+    half the memory (97 against 152 µs a query at 100,000 pages, same recall) and a replica
+    of a million pages takes 384 MB instead of 768. Vectors are rounded on the way in
+    (`stored`); the rounding moves a cosine similarity by about 1e-3 at most.
+
     >>> index = FaissIndex(dim=2, exact_below=3, nlist=1)
     >>> v = np.array([[1, 0], [0, 1], [0.6, 0.8], [0.8, 0.6]], dtype=np.float32)
     >>> index.upsert(np.array([1, 2, 3, 4]), v)
@@ -249,9 +258,12 @@ class FaissIndex:
         nprobe: int = 16,
         seed: int = 0,
         threads: int = 1,
+        storage: str = "float16",
     ) -> None:
         if dim < 1 or exact_below < 1 or nprobe < 1 or threads < 1:
             raise ValueError("dim, exact_below, nprobe and threads must be >= 1")
+        if storage not in ("float16", "float32"):
+            raise ValueError(f"storage must be float16 or float32, not {storage!r}")
         if nlist is not None and not 1 <= nlist <= exact_below:
             raise ValueError("nlist must be between 1 and exact_below")
         self.dim = int(dim)
@@ -260,19 +272,25 @@ class FaissIndex:
         self.nprobe = int(nprobe)
         self.seed = int(seed)
         self.threads = int(threads)
+        self.storage = storage
         faiss.omp_set_num_threads(self.threads)
-        self._live: set[int] = set()
+        # page id -> row of `_vectors`, where the page's stored vector is kept for
+        # `reconstruct`: a gather here costs ~0.1 µs a page, FAISS's reconstruct 1-2 µs.
+        self._row: dict[int, int] = {}
+        self._vectors = np.empty((0, self.dim), np.float16 if storage == "float16" else np.float32)
+        self._used = 0  # rows handed out so far
+        self._free: list[int] = []  # rows of removed pages, reused first
         self._flat: faiss.IndexIDMap2 | None = faiss.IndexIDMap2(faiss.IndexFlatIP(self.dim))
-        self._ivf: faiss.IndexIVFFlat | None = None
+        self._ivf: faiss.IndexIVF | None = None
 
     # -- introspection -------------------------------------------------------------------
 
     def __len__(self) -> int:
-        return len(self._live)
+        return len(self._row)
 
     def __contains__(self, page_id: object) -> bool:
         try:
-            return int(page_id) in self._live  # type: ignore[call-overload]
+            return int(page_id) in self._row  # type: ignore[call-overload]
         except (TypeError, ValueError):
             return False
 
@@ -287,26 +305,30 @@ class FaissIndex:
 
     def ids(self) -> np.ndarray:
         """Sorted int64 array of the live page ids."""
-        return np.array(sorted(self._live), dtype=np.int64)
+        return np.array(sorted(self._row), dtype=np.int64)
 
     def reconstruct(self, page_id: int) -> np.ndarray | None:
         """The stored vector of a page, or None when the page is not indexed."""
-        if int(page_id) not in self._live:
-            return None
-        return np.asarray(self._index.reconstruct(int(page_id)), dtype=np.float32)
+        row = self._row.get(int(page_id))
+        return None if row is None else self._vectors[row].astype(np.float32)
 
     def reconstruct_many(self, page_ids: np.ndarray) -> np.ndarray:
         """Stored vectors of indexed pages, one row per id (KeyError for an unknown id)."""
         ids = _as_ids(page_ids)
-        if not len(ids):
-            return np.zeros((0, self.dim), np.float32)
-        try:  # FAISS checks every id; a Python membership pass first added a fifth
-            return np.asarray(self._index.reconstruct_batch(ids), dtype=np.float32)
-        except RuntimeError:
-            missing = [i for i in ids.tolist() if i not in self._live]
-            if not missing:
-                raise
+        try:
+            rows = list(map(self._row.__getitem__, ids.tolist()))
+        except KeyError:
+            missing = [i for i in ids.tolist() if i not in self._row]
             raise KeyError(f"pages not indexed: {missing[:5]}") from None
+        return self._vectors[rows].astype(np.float32)
+
+    def stored(self, vectors: np.ndarray) -> np.ndarray:
+        """``vectors`` (n, dim) as this index stores them: float32, rounded to half precision
+        when ``storage="float16"``."""
+        matrix = _as_matrix(vectors, self.dim)
+        if self.storage == "float16":
+            return matrix.astype(np.float16).astype(np.float32)
+        return matrix
 
     @property
     def _index(self) -> faiss.Index:
@@ -317,7 +339,7 @@ class FaissIndex:
     def upsert(self, ids: np.ndarray, vectors: np.ndarray) -> None:
         """Insert or replace pages; within one call the last occurrence of an id wins."""
         ids = _as_ids(ids)
-        vectors = _as_matrix(vectors, self.dim)
+        vectors = self.stored(vectors)
         if len(ids) != len(vectors):
             raise ValueError(f"{len(ids)} ids for {len(vectors)} vectors")
         if not len(ids):
@@ -325,7 +347,7 @@ class FaissIndex:
         if self._ivf is None:
             split = self._threshold_split(ids)
             self._upsert_flat(ids[:split], vectors[:split])
-            if len(self._live) < self.exact_below:
+            if len(self._row) < self.exact_below:
                 return
             self._switch_to_ivf()
             ids, vectors = ids[split:], vectors[split:]
@@ -334,7 +356,7 @@ class FaissIndex:
     def remove(self, ids: np.ndarray) -> None:
         """Remove pages; ids that are not indexed are ignored."""
         ids = _as_ids(ids)
-        present = [i for i in dict.fromkeys(ids.tolist()) if i in self._live]
+        present = [i for i in dict.fromkeys(ids.tolist()) if i in self._row]
         if not present:
             return
         arr = np.array(present, dtype=np.int64)
@@ -342,16 +364,17 @@ class FaissIndex:
             self._flat.remove_ids(arr)
         else:
             self._ivf_remove(arr)
-        self._live.difference_update(present)
+        for page in present:
+            self._free.append(self._row.pop(page))
 
     def _threshold_split(self, ids: np.ndarray) -> int:
         """Length of the prefix of ``ids`` after which the index holds ``exact_below``."""
-        room = self.exact_below - len(self._live)
+        room = self.exact_below - len(self._row)
         _, first = np.unique(ids, return_index=True)
         is_first = np.zeros(len(ids), dtype=bool)
         is_first[first] = True
         new = is_first & np.fromiter(
-            (i not in self._live for i in ids.tolist()), dtype=bool, count=len(ids)
+            (i not in self._row for i in ids.tolist()), dtype=bool, count=len(ids)
         )
         grown = np.cumsum(new)
         reach = np.flatnonzero(grown >= room)
@@ -365,11 +388,11 @@ class FaissIndex:
         rev_unique, rev_first = np.unique(ids[::-1], return_index=True)
         keep = np.sort(len(ids) - 1 - rev_first)
         ids, vectors = ids[keep], vectors[keep]
-        replaced = np.array([i for i in rev_unique.tolist() if i in self._live], dtype=np.int64)
+        replaced = np.array([i for i in rev_unique.tolist() if i in self._row], dtype=np.int64)
         if len(replaced):
             self._flat.remove_ids(replaced)
         self._flat.add_with_ids(vectors, ids)
-        self._live.update(ids.tolist())
+        self._remember(ids, vectors)
 
     def _upsert_ivf(self, ids: np.ndarray, vectors: np.ndarray) -> None:
         # IVF removal swaps the list's last entry into the hole, so a replacement must be
@@ -380,14 +403,37 @@ class FaissIndex:
         seen: set[int] = set()
         start = 0
         for pos, page in enumerate(ids.tolist()):
-            if page in self._live or page in seen:
+            if page in self._row or page in seen:
                 if pos > start:
                     self._ivf.add_with_ids(vectors[start:pos], ids[start:pos])
                 self._ivf_remove(ids[pos : pos + 1])
                 start = pos
             seen.add(page)
         self._ivf.add_with_ids(vectors[start:], ids[start:])
-        self._live.update(seen)
+        self._remember(ids, vectors)
+
+    def _remember(self, ids: np.ndarray, vectors: np.ndarray) -> None:
+        """Keep the pages' stored vectors for `reconstruct` (an id's last vector wins)."""
+        rev_unique, rev_first = np.unique(ids[::-1], return_index=True)
+        last = len(ids) - 1 - rev_first
+        rows = np.empty(len(rev_unique), dtype=np.int64)
+        row_of, free = self._row, self._free
+        for at, page in enumerate(rev_unique.tolist()):
+            row = row_of.get(page)
+            if row is None:
+                if free:
+                    row = free.pop()
+                else:
+                    row = self._used
+                    self._used += 1
+                row_of[page] = row
+            rows[at] = row
+        if self._used > len(self._vectors):  # grow by doubling
+            size = max(2 * len(self._vectors), self._used, 1024)
+            grown = np.empty((size, self.dim), dtype=self._vectors.dtype)
+            grown[: len(self._vectors)] = self._vectors
+            self._vectors = grown
+        self._vectors[rows] = vectors[last]
 
     def _ivf_remove(self, ids: np.ndarray) -> None:
         ids = np.ascontiguousarray(ids, dtype=np.int64)
@@ -403,7 +449,17 @@ class FaissIndex:
         ids = faiss.vector_to_array(flat.id_map).astype(np.int64)
         nlist = self.nlist if self.nlist is not None else default_nlist(n)
         quantizer = faiss.IndexFlatIP(self.dim)
-        ivf = faiss.IndexIVFFlat(quantizer, self.dim, nlist, faiss.METRIC_INNER_PRODUCT)
+        if self.storage == "float16":
+            ivf = faiss.IndexIVFScalarQuantizer(
+                quantizer,
+                self.dim,
+                nlist,
+                faiss.ScalarQuantizer.QT_fp16,
+                faiss.METRIC_INNER_PRODUCT,
+                False,  # codes are the vectors themselves, not residuals to their centroid
+            )
+        else:
+            ivf = faiss.IndexIVFFlat(quantizer, self.dim, nlist, faiss.METRIC_INNER_PRODUCT)
         ivf.cp.seed = self.seed
         ivf.cp.min_points_per_centroid = 1  # nlist is chosen above; no warnings on stderr
         ivf.cp.max_points_per_centroid = max(256, n // nlist + 1)  # train on all of them
@@ -425,7 +481,7 @@ class FaissIndex:
         n = len(queries)
         if exclude is not None and np.size(exclude) != n:
             raise ValueError("exclude needs one id per query")
-        if k == 0 or n == 0 or not self._live:
+        if k == 0 or n == 0 or not self._row:
             return np.zeros((n, k), np.float32), np.full((n, k), -1, np.int64)
         extra = 0 if exclude is None else 1
         if self._ivf is not None:

@@ -13,26 +13,23 @@ False
 
 from __future__ import annotations
 
-import operator
 import re
 from functools import partial
-from itertools import compress, repeat
 from typing import Any, NamedTuple
 from urllib.parse import urlsplit, urlunsplit
 
 import xxhash
 
+from online.fastparse import outlink_summary
+
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
 # A URL `_parse` returns unchanged: lower-case http(s) scheme, a lower-case ASCII host (no port,
 # userinfo, brackets or trailing dot), a path starting with '/', then only printable ASCII
-# without spaces; checked apart, as plain substring tests: no '#' (a fragment) and no '?' ending
-# the URL (maybe an empty query). Stricter than needed on purpose: whatever is not recognised
-# takes the slow path, which decides.
-_URL = r"https?://[a-z0-9_.-]++(?<!\.)/[!-~]*+"  # possessive: nothing to backtrack into
-_CANONICAL = re.compile(r"(https?)://([a-z0-9_.-]++)(?<!\.)/[!-~]*+")
-_CANONICAL_LINES = re.compile(rf"{_URL}(?:\n{_URL})*+")
-_URL_BYTES = bytes(range(0x21, 0x7F)).replace(b"#", b"")  # printable ASCII but ' ' and '#'
+# without spaces; checked apart: no '#' (a fragment) and no '?' ending the URL (maybe an empty
+# query). Stricter than needed on purpose: whatever is not recognised takes the slow path,
+# which decides. `online.fastparse.outlink_summary` applies the same rule to outlink lists.
+_CANONICAL = re.compile(r"(https?)://([a-z0-9_.-]++)(?<!\.)/[!-~]*+")  # possessive: no backtracking
 
 
 class InvalidURL(ValueError):
@@ -92,8 +89,8 @@ class LinkInfo(NamedTuple):
 _new_info = partial(tuple.__new__, LinkInfo)  # LinkInfo(*values) without its Python __new__
 _CACHE: dict[str, LinkInfo] = {}
 CACHE_SIZE = 1 << 20
-# (scheme, site) -> (site_prefixes, whether they are canonical URL starts), for canonical_flags.
-_SITE_PREFIXES: dict[tuple[str, str], tuple[tuple[str, ...], bool]] = {}
+# (scheme, site) -> the site's prefixes as ASCII bytes, for canonical_summary.
+_SITE_PREFIXES: dict[tuple[str, str], tuple[bytes, ...]] = {}
 _SITES_SIZE = 1 << 16
 
 
@@ -116,46 +113,33 @@ def link_info(url: str) -> LinkInfo:
     return info
 
 
-def canonical_flags(urls: list[Any], page: LinkInfo) -> list[bool] | None:
-    """Whether each URL is internal to ``page``, if every one is a string `normalize_url`
-    returns unchanged; else None (the caller then parses them one by one).
+def canonical_summary(urls: list[Any], page: LinkInfo) -> tuple[bytes, bytes, int, int] | None:
+    """(sorted fingerprints as little-endian uint32 bytes, their internal flags, internal count,
+    link count) of a page's outlinks, if every one is a string `normalize_url` returns
+    unchanged and no two share a fingerprint; else None (the caller then parses them one by
+    one, which also keeps the first of repeated links).
 
-    The fast path for a page's outlinks, which are nearly always canonical already: plain
-    string checks over the joined list (characters, fragments, empty queries), then one regex
-    match over the URLs that do not start with one of the page's own prefixes (on most pages,
-    most links are internal). An empty list gives None.
+    The fast path for a page's outlinks, which are nearly always canonical and distinct: one
+    compiled pass (`online.fastparse.outlink_summary`) checks, flags and fingerprints them.
 
     >>> page = link_info("https://www.a.org/")
-    >>> canonical_flags(["https://a.org/x", "http://a.org/", "https://www.b.org/?q=1"], page)
-    [True, False, False]
-    >>> canonical_flags(["https://a.org/x", "https://a.org/x#top"], page) is None
+    >>> fps, flags, internal, n = canonical_summary(
+    ...     ["https://a.org/x", "http://a.org/", "https://www.b.org/?q=1"], page)
+    >>> internal, n, sorted(flags)
+    (1, 3, [0, 0, 1])
+    >>> canonical_summary(["https://a.org/x", "https://a.org/x#top"], page) is None
     True
     """
-    try:
-        joined = "\n".join(urls)
-    except TypeError:  # an entry that is not a string
-        return None
-    if (
-        not joined.isascii()
-        # only the separators are left: no space, control, '#' or newline inside a URL
-        or len(joined.encode().translate(None, _URL_BYTES)) != len(urls) - 1
-        or ("?" in joined and ("?\n" in joined or joined[-1] == "?"))  # maybe an empty query
-    ):
-        return None
     key = (page.scheme, page.site)
-    known = _SITE_PREFIXES.get(key)
-    if known is None:
+    prefixes = _SITE_PREFIXES.get(key)
+    if prefixes is None:
         if len(_SITE_PREFIXES) >= _SITES_SIZE:
             _SITE_PREFIXES.clear()
-        prefixes = site_prefixes(page)
-        known = _SITE_PREFIXES[key] = (prefixes, all(map(_CANONICAL.fullmatch, prefixes)))
-    prefixes, canonical = known
-    flags = list(map(str.startswith, urls, repeat(prefixes)))
-    if canonical:  # the page's own prefixes are canonical URL starts: internal links are done
-        urls = list(compress(urls, map(operator.not_, flags)))
-    if urls and _CANONICAL_LINES.fullmatch("\n".join(urls)) is None:
-        return None
-    return flags
+        # A prefix that is not ASCII can start no canonical URL: leaving it out changes nothing.
+        prefixes = _SITE_PREFIXES[key] = tuple(
+            p.encode("ascii") for p in site_prefixes(page) if p.isascii()
+        )
+    return outlink_summary(urls, prefixes)
 
 
 def site_prefixes(page: LinkInfo) -> tuple[str, ...]:

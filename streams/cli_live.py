@@ -6,7 +6,6 @@ command line win for that one run.
 
 from __future__ import annotations
 
-import gzip
 import signal
 import subprocess
 import sys
@@ -14,6 +13,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from isal import igzip
 from rich.console import Console
 
 console = Console(stderr=True)
@@ -146,7 +146,7 @@ def produce_file(
     )
     n = 0
     started = time.monotonic()
-    opener = gzip.open if events.suffix == ".gz" else open
+    opener = igzip.open if events.suffix == ".gz" else open
     with (
         opener(events, "rb") as fh,
         Progress(

@@ -15,9 +15,11 @@ crawl, found among few others, get real neighbours later); never on every event.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
+import faiss
 import numpy as np
 
 from online.embedding import HashingTextEmbedder
@@ -31,9 +33,11 @@ from online.features import (
 )
 from online.history import DEFAULT_HISTORY, Emitted, PageState, update, with_embedding
 from online.index import VectorIndex, neighbour_weights
+from online.kernels import iso_utc_many
 from online.learners import Label
 from online.priority import DEFAULT_HORIZON_DAYS, next_fetch_days
 from online.scoring import Scorer, Scores
+from streams.scored import ScoredColumns
 from streams.stores import Neighbours, PageStore, PageWrites
 
 #: Extra candidates fetched beyond k, so near-ties at the k-th place are settled by the exact
@@ -41,6 +45,9 @@ from streams.stores import Neighbours, PageStore, PageWrites
 _MARGIN = 5
 #: Rows per block when similarities are recomputed (bounds the temporary array).
 _CHUNK = 128
+#: Query rows per index search task: the search thread takes them in order, and those it has
+#: not started when the batch's other work is done are searched by the main thread.
+_SEARCH_CHUNK = 128
 
 
 @dataclass(frozen=True)
@@ -55,23 +62,64 @@ class PipelineConfig:
     )
 
 
-@dataclass(slots=True)
 class Processed:
-    """One event's outcome. ``row`` and ``priority`` are None for duplicates and stale."""
+    """One event's outcome. ``row`` and ``priority`` are None for duplicates and stale.
 
-    event: Fetch
-    page_id: int
-    emitted: Emitted
-    row: np.ndarray | None = None
-    priority: dict | None = None
-    names: list[str] | None = None
+    An applied event's row and priority live in its batch's `ScoredColumns` (``scored``, at
+    row ``at``); the priority dict is built on first access.
+    """
+
+    __slots__ = ("_priority", "at", "emitted", "event", "names", "page_id", "scored")
+
+    def __init__(
+        self,
+        event: Fetch,
+        page_id: int,
+        emitted: Emitted,
+        names: list[str] | None = None,
+    ) -> None:
+        self.event = event
+        self.page_id = page_id
+        self.emitted = emitted
+        self.names = names
+        self.scored: ScoredColumns | None = None
+        self.at = 0
+        self._priority: dict | None = None
+
+    def __repr__(self) -> str:
+        kind = self.emitted.kind
+        return f"Processed({self.event.url!r}, {kind!r}, scored={self.scored is not None})"
+
+    @property
+    def row(self) -> np.ndarray | None:
+        """The event's feature row (float64), as known right after it."""
+        return None if self.scored is None else self.scored.matrix[self.at]
+
+    @property
+    def priority(self) -> dict | None:
+        """The priority update for the crawler."""
+        if self.scored is None:
+            return None
+        if self._priority is None:
+            self._priority = self.scored.priority(self.at)
+        return self._priority
 
     @property
     def features(self) -> dict[str, float] | None:
         """The known features as a dict (River's form), or None."""
-        if self.row is None or self.names is None:
+        row = self.row
+        if row is None or self.names is None:
             return None
-        return as_dict(self.row, self.names)
+        return as_dict(row, self.names)
+
+
+@dataclass(slots=True)
+class BatchOutcome:
+    """`PagePipeline.process_batch`'s result: one `Processed` per event, in order, and the
+    scored columns of the applied ones (one block per internal batch, in order)."""
+
+    results: list[Processed]
+    scored: list[ScoredColumns]
 
 
 @dataclass(slots=True)
@@ -84,6 +132,42 @@ class _Pending:
     search: bool = False
     neighbours: Neighbours | None = None
     indexed_fp: int = 0
+
+
+@dataclass(slots=True)
+class _Search:
+    """A batch's index search in flight: the rows that need neighbours, their query data and
+    the search of each chunk of rows (``(future, start, end)``)."""
+
+    todo: list[_Pending]
+    queries: np.ndarray | None = None
+    ids: np.ndarray | None = None
+    size_before: int = 0
+    in_index: np.ndarray | None = None
+    moved: np.ndarray | None = None
+    k: int = 0
+    parts: list[tuple[Future, int, int]] = field(default_factory=list)
+
+    def found(self, index: VectorIndex) -> np.ndarray:
+        """The candidate ids of every row. Chunks the search thread has not started yet are
+        searched here, from the last one back, while it works forward: the caller would
+        only wait for them."""
+        assert self.queries is not None and self.ids is not None
+        if not self.parts:
+            return np.full((len(self.todo), 0), -1, np.int64)
+        found: list[np.ndarray | None] = [None] * len(self.parts)
+        for at in range(len(self.parts) - 1, -1, -1):
+            future, lo, hi = self.parts[at]
+            if not future.cancel():
+                break  # started: so are all before it
+            found[at] = index.search(self.queries[lo:hi], self.k, self.ids[lo:hi])[1]
+        for at, (future, _, _) in enumerate(self.parts):
+            if found[at] is None:
+                found[at] = future.result()[1]
+        return np.concatenate(found)  # type: ignore[arg-type]
+
+    def wait(self) -> None:
+        wait([future for future, _, _ in self.parts])
 
 
 @dataclass
@@ -121,6 +205,7 @@ class PagePipeline:
         self._columns = {name: j for j, name in enumerate(self.feature_names)}
         self._stats_columns = stats_columns(self.config.history)
         self._index_writes: tuple[np.ndarray, np.ndarray] | None = None
+        self._search_pool: ThreadPoolExecutor | None = None
         self.learns = bool(getattr(scorer, "learns", False))
         if self.learns:
             saved = store.get_learner()
@@ -131,17 +216,22 @@ class PagePipeline:
 
     def process(self, events: Sequence[Fetch | FetchedPage]) -> list[Processed]:
         """Process a batch in order; returns one `Processed` per event, in the same order."""
+        return self.process_batch(events).results
+
+    def process_batch(self, events: Sequence[Fetch | FetchedPage]) -> BatchOutcome:
+        """`process`, also giving the applied events' priorities and rows as columns."""
         if not events:
-            return []
+            return BatchOutcome([], [])
         events = [e if isinstance(e, Fetch) else prepare(e) for e in events]
         split = self._index_switch_point(events)
         if split is not None and 0 < split < len(events):
-            return self.process(events[:split]) + self.process(events[split:])
+            first, second = self.process_batch(events[:split]), self.process_batch(events[split:])
+            return BatchOutcome(first.results + second.results, first.scored + second.scored)
         return self._process(events)
 
     # -- one batch ---------------------------------------------------------------------------
 
-    def _process(self, events: Sequence[Fetch]) -> list[Processed]:
+    def _process(self, events: Sequence[Fetch]) -> BatchOutcome:
         cfg = self.config
         urls = list(dict.fromkeys(e.url for e in events))
         states: dict[str, PageState | None] = dict(
@@ -160,10 +250,76 @@ class PagePipeline:
         pending = self._plan(events, states, page_ids, stored_nbrs)
 
         # One search against the index as it stood before the batch, merged with the
-        # batch's own earlier vectors. The batch's vectors go in only after the last store
-        # read, so a failed read leaves nothing changed (a worker can simply retry).
-        self._index_writes = None
-        new_nbrs = self._find_neighbours(pending)
+        # batch's own earlier vectors. FAISS runs it in a thread without the GIL while the
+        # history updates below run here (they do not need its result). The batch's vectors
+        # go in only after the last store read, so a failed read leaves nothing changed
+        # (a worker can simply retry).
+        search = self._start_search(pending)
+        try:
+            # Rows of each page's previous fetch, for learning when their labels arrive now.
+            stored_rows: dict[int, np.ndarray | None] = {}
+            if self.learns:
+                pids = list(page_ids.values())
+                stored_rows = dict(zip(pids, self.store.get_rows(pids), strict=True))
+            # Where each applied event's previous row is: ("store", row) or ("batch", position).
+            previous_at: list[tuple[str, object] | None] = []
+            labels: list[Label | None] = []
+            last_position: dict[int, int] = {}
+
+            # Pass 2: history updates, in order.
+            results: list[Processed] = []
+            applied: list[Processed] = []
+            applied_pending: list[_Pending] = []
+            own_states: list[PageState] = []
+            writes = PageWrites(states={}, stats={}, neighbours={})
+            for p in pending:
+                event = p.event
+                if p.kind != "applied":
+                    results.append(Processed(event, p.page_id, Emitted(p.kind)))  # type: ignore[arg-type]
+                    continue
+                new_state, emitted = update(states[event.url], event, history=cfg.history)
+                assert new_state is not None
+                if p.search:  # its related pages are found from this vector now
+                    new_state = with_embedding(new_state, p.vector_fp)
+                own_states.append(new_state)
+                states[event.url] = new_state
+                writes.states[event.url] = new_state
+                r = Processed(event, p.page_id, emitted, names=self.feature_names)
+                if self.learns:
+                    at = last_position.get(p.page_id)
+                    if at is not None:
+                        previous_at.append(("batch", at))
+                    else:
+                        stored = stored_rows.get(p.page_id)
+                        previous_at.append(None if stored is None else ("store", stored))
+                    interval = emitted.interval
+                    labels.append(
+                        None
+                        if interval is None
+                        else Label(interval.new_internal, interval.new_external, interval.days)
+                    )
+                    last_position[p.page_id] = len(applied)
+                results.append(r)
+                applied.append(r)
+                applied_pending.append(p)
+            own = (
+                own_feature_matrix(own_states, [r.event.url for r in applied], cfg.history)
+                if applied
+                else None
+            )
+            new_nbrs = self._finish_search(search)
+        finally:
+            search.wait()  # never leave a search running on an index about to change
+
+        # Each applied event's related pages as of its place in the stream.
+        nbr_of: list[Neighbours | None] = []
+        current_nbrs: dict[int, Neighbours | None] = dict(stored_nbrs)
+        for p in applied_pending:
+            nb = new_nbrs.get(id(p))
+            if nb is not None:
+                current_nbrs[p.page_id] = nb
+                writes.neighbours[p.page_id] = nb
+            nbr_of.append(current_nbrs.get(p.page_id))
 
         # Neighbours' stats as they stood before the batch: one row per distinct page among
         # the batch's pages and all their neighbours (read in one go).
@@ -180,63 +336,13 @@ class PagePipeline:
         base_stats = self.store.get_stats(wanted)
         row_of = dict(zip(batch_ids.tolist(), where[: len(batch_ids)].tolist(), strict=True))
 
-        # Rows of each page's previous fetch, for learning when their labels arrive now.
-        stored_rows: dict[int, np.ndarray | None] = {}
-        if self.learns:
-            pids = list(page_ids.values())
-            stored_rows = dict(zip(pids, self.store.get_rows(pids), strict=True))
-        # Where each applied event's previous row is: ("store", row) or ("batch", position).
-        previous_at: list[tuple[str, object] | None] = []
-        labels: list[Label | None] = []
-        last_position: dict[int, int] = {}
-
         if self._index_writes is not None:
             self.index.upsert(*self._index_writes)
             self._index_writes = None
 
-        # Pass 2: history updates and own features, in order.
-        results: list[Processed] = []
-        applied: list[Processed] = []
-        own_states: list[PageState] = []
-        nbr_of: list[Neighbours | None] = []
-        writes = PageWrites(states={}, stats={}, neighbours={})
-        current_nbrs: dict[int, Neighbours | None] = dict(stored_nbrs)
-        for p in pending:
-            event = p.event
-            if p.kind != "applied":
-                results.append(Processed(event, p.page_id, Emitted(p.kind)))  # type: ignore[arg-type]
-                continue
-            new_state, emitted = update(states[event.url], event, history=cfg.history)
-            assert new_state is not None
-            nb = new_nbrs.get(id(p))
-            if nb is not None:
-                current_nbrs[p.page_id] = nb
-                writes.neighbours[p.page_id] = nb
-                new_state = with_embedding(new_state, p.vector_fp)
-            nbr_of.append(current_nbrs.get(p.page_id))
-            own_states.append(new_state)
-            states[event.url] = new_state
-            writes.states[event.url] = new_state
-            r = Processed(event, p.page_id, emitted, names=self.feature_names)
-            if self.learns:
-                at = last_position.get(p.page_id)
-                if at is not None:
-                    previous_at.append(("batch", at))
-                else:
-                    stored = stored_rows.get(p.page_id)
-                    previous_at.append(None if stored is None else ("store", stored))
-                interval = emitted.interval
-                labels.append(
-                    None
-                    if interval is None
-                    else Label(interval.new_internal, interval.new_external, interval.days)
-                )
-                last_position[p.page_id] = len(applied)
-            results.append(r)
-            applied.append(r)
-
+        scored: list[ScoredColumns] = []
         if applied:
-            own = own_feature_matrix(own_states, [r.event.url for r in applied], cfg.history)
+            assert own is not None
             own_stats = own[:, self._stats_columns].astype(np.float32)
             related = self._related(
                 applied, nbr_of, (wanted, where, offsets), row_of, base_stats, own_stats
@@ -264,15 +370,30 @@ class PagePipeline:
             reasons = scores.reasons or [["own_history"]] * len(applied)
             scorer = {"name": self.scorer.name, "version": self.scorer.version}
             scorer["models"] = dict(scores.models or {})
-            fetched_us = _micros_many([r.event.timestamp for r in applied])
-            fetched_iso = _iso_many(fetched_us)
-            next_iso = _next_fetch_iso(fetched_us, waits)
-            for a, (r, score) in enumerate(zip(applied, _score_rows(scores), strict=True)):
-                r.row = matrix[a]
-                r.priority = _priority(
-                    r.event, score, stamp, fetched_iso[a], next_iso[a], reasons[a], scorer
-                )
-                writes.stats[r.page_id] = own_stats[a]
+            timestamps = [r.event.timestamp for r in applied]
+            fetched_us = _micros_many(timestamps)
+            events_applied = [r.event for r in applied]
+            page_ids_applied = [r.page_id for r in applied]
+            columns = ScoredColumns(
+                urls=[e.url for e in events_applied],
+                page_ids=page_ids_applied,
+                crawls=[e.crawl for e in events_applied],
+                statuses=[e.status for e in events_applied],
+                timestamps=timestamps,
+                intervals=[r.emitted.interval for r in applied],
+                matrix=matrix,
+                fetched_at=_iso_many(fetched_us),
+                scored_at=stamp,
+                values=_score_rows(scores),
+                next_fetch_at=_next_fetch_iso(fetched_us, waits),
+                reasons=reasons,
+                scorer=scorer,
+            )
+            scored.append(columns)
+            for a, r in enumerate(applied):
+                r.scored = columns
+                r.at = a
+            writes.stats.update(zip(page_ids_applied, own_stats, strict=True))
         self.store.write(writes)
         self.counters.applied += len(applied)
         for r in results:
@@ -280,7 +401,7 @@ class PagePipeline:
                 self.counters.duplicate += 1
             elif r.emitted.kind == "stale":
                 self.counters.stale += 1
-        return results
+        return BatchOutcome(results, scored)
 
     def _related(
         self,
@@ -415,33 +536,58 @@ class PagePipeline:
         self.counters.embedded_from_text += 1
         return self.embedder.embed(event.text)
 
-    def _find_neighbours(self, pending: list[_Pending]) -> dict[int, Neighbours]:
-        """Neighbours for the events that need them, each as of its place in the stream.
-
-        Candidates come from the index as it stood before the batch (minus pages whose vector
-        changed earlier in the batch) and from the vectors the batch itself set before the
-        event; similarities are then recomputed exactly, the same way for every candidate, so
-        the result does not depend on which search path found it. Then the batch's vectors go
-        into the index.
-        """
+    def _start_search(self, pending: list[_Pending]) -> _Search:
+        """Start the index search for the events that need neighbours (see `_finish_search`)
+        in the search thread; FAISS holds no GIL while it runs."""
+        self._index_writes = None
         todo = [p for p in pending if p.search]
         if not todo:
-            return {}
+            return _Search(todo)
         k = self.config.neighbours
-        n = len(todo)
-        queries = np.stack([p.vector for p in todo]).astype(np.float32)  # type: ignore[misc]
+        # As the index stores them: a page's similarity to another is then the same number
+        # whether the other is found in the index or earlier in this batch.
+        queries = self.index.stored(np.stack([p.vector for p in todo]))  # type: ignore[misc]
         ids = np.array([p.page_id for p in todo], dtype=np.int64)
         size_before = len(self.index)
         in_index = np.array([pid in self.index for pid in ids.tolist()], dtype=bool)
         # A row "moves" its page when it brings a vector other than the indexed one.
         moved = np.array([p.vector_fp != p.indexed_fp for p in todo], dtype=bool)
-
         # Candidates from the pre-batch index, without pages moved by an earlier row.
         base_k = min(k + _MARGIN + 1 + int((moved & in_index).sum()), size_before)
+        search = _Search(todo, queries, ids, size_before, in_index, moved, base_k)
         if base_k > 0:
-            _, found = self.index.search(queries, base_k, exclude=ids)
-        else:
-            found = np.full((n, 0), -1, np.int64)
+            searcher = self._searcher()
+            for lo in range(0, len(todo), _SEARCH_CHUNK):
+                hi = min(lo + _SEARCH_CHUNK, len(todo))
+                future = searcher.submit(self.index.search, queries[lo:hi], base_k, ids[lo:hi])
+                search.parts.append((future, lo, hi))
+        return search
+
+    def _searcher(self) -> ThreadPoolExecutor:
+        if self._search_pool is None:
+            threads = int(getattr(self.index, "threads", 1))
+            self._search_pool = ThreadPoolExecutor(
+                1, "index-search", initializer=faiss.omp_set_num_threads, initargs=(threads,)
+            )
+        return self._search_pool
+
+    def _finish_search(self, search: _Search) -> dict[int, Neighbours]:
+        """Neighbours for the events that need them, each as of its place in the stream.
+
+        Candidates come from the index as it stood before the batch (minus pages whose vector
+        changed earlier in the batch) and from the vectors the batch itself set before the
+        event; similarities are then recomputed exactly, the same way for every candidate, so
+        the result does not depend on which search path found it. The batch's vectors are
+        left in `_index_writes` for the index.
+        """
+        todo = search.todo
+        if not todo:
+            return {}
+        k = self.config.neighbours
+        n = len(todo)
+        queries, ids, size_before = search.queries, search.ids, search.size_before
+        in_index, moved = search.in_index, search.moved
+        found = search.found(self.index)
         # The first row at which each found page is moved by the batch (n: never).
         move_rows = np.flatnonzero(moved)
         move_ids, first = np.unique(ids[move_rows], return_index=True)
@@ -543,33 +689,6 @@ class PagePipeline:
         return next_fetch_days(rate, **self.config.revisit).tolist()
 
 
-def _priority(
-    event: Fetch,
-    score: tuple,
-    scored_at: str,
-    fetched_at: str,
-    next_fetch_at: str | None,
-    reasons: list[str],
-    scorer: dict,
-) -> dict:
-    """The priority update of one scored fetch (``scorer``: name, version, models; copied)."""
-    return {
-        "url": event.url,
-        "fetched_at": fetched_at,
-        "scored_at": scored_at,
-        "score": score[0],
-        "expected_new_internal": score[1],
-        "expected_new_external": score[2],
-        "p_new": score[3],
-        "rate_per_day": score[4],
-        "next_fetch_at": next_fetch_at,
-        "reasons": reasons,
-        "scorer": {**scorer, "models": dict(scorer["models"])},
-        "crawl": event.crawl,
-        "status": event.status,
-    }
-
-
 def _next_fetch_iso(fetched_us: np.ndarray, wait_days: list[float | None]) -> list[str | None]:
     """Suggested next fetch times: each fetch time plus its wait, as `timedelta` rounds it."""
     out: list[str | None] = [None] * len(wait_days)
@@ -625,15 +744,9 @@ def _micros_many(timestamps: Sequence[float]) -> np.ndarray:
 
 
 def _iso_many(micros: np.ndarray) -> list[str]:
-    """`_iso` of UTC moments given in epoch microseconds, formatted by numpy for the whole
-    batch (0.6 µs a time against 2.3 with `time.gmtime` and an f-string each)."""
-    micros = np.asarray(micros, dtype=np.int64)
-    seconds = np.datetime_as_string(micros.astype("datetime64[us]"), unit="s").tolist()
-    fractions = (micros % 1_000_000).tolist()
-    return [
-        f"{text}.{us:06d}Z" if us else f"{text}Z"
-        for text, us in zip(seconds, fractions, strict=True)
-    ]
+    """`_iso` of UTC moments given in epoch microseconds, for the whole batch in one compiled
+    call (about 0.1 µs a time, against 2.3 with `time.gmtime` and an f-string each)."""
+    return iso_utc_many(np.ascontiguousarray(micros, dtype=np.int64))
 
 
 def _first_occurrence(ids: np.ndarray) -> np.ndarray:

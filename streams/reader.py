@@ -8,7 +8,6 @@ exactly: one reader, one queue.
 
 from __future__ import annotations
 
-import gzip
 import multiprocessing as mp
 import traceback
 from collections.abc import Iterator
@@ -16,13 +15,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
+from isal import igzip
+
 from online.events import (
     DEFAULT_EMBEDDING_DIM,
     DEFAULT_MAX_OUTLINKS,
     EventError,
     Fetch,
+    fetch_columns,
+    fetches_from_columns,
     parse_fetch,
 )
+from streams.helper_processes import run_as_helper
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +48,14 @@ class Batch:
     rejects: list[Reject] = field(default_factory=list)
     lines: int = 0  # non-blank lines read into this batch
     position: int = 0  # bytes of the (compressed) file consumed so far
+
+    def __reduce__(self) -> tuple:
+        # Crossing to the main process field by field: 8 -> 5 us per event, both sides.
+        return (_batch, (fetch_columns(self.fetches), self.rejects, self.lines, self.position))
+
+
+def _batch(columns: tuple[tuple, ...], rejects: list[Reject], lines: int, position: int) -> Batch:
+    return Batch(fetches_from_columns(columns), rejects, lines, position)
 
 
 def read_batches(
@@ -78,6 +90,7 @@ def read_batches(
 
 
 def _produce(queue: mp.Queue, *args: object) -> None:
+    run_as_helper()
     try:
         for batch in _batches(*args):  # type: ignore[arg-type]
             queue.put(batch)
@@ -103,7 +116,7 @@ def _lines(stream: BinaryIO, chunk_size: int = 1 << 20) -> Iterator[bytes]:
 
 def _batches(path: Path, batch_size: int, embedding_dim: int, max_outlinks: int) -> Iterator[Batch]:
     with open(path, "rb") as raw:
-        stream = gzip.GzipFile(fileobj=raw) if path.suffix == ".gz" else raw
+        stream = igzip.IGzipFile(fileobj=raw) if path.suffix == ".gz" else raw
         batch = Batch()
         for number, line in enumerate(_lines(stream), start=1):
             if not line.strip():

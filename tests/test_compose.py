@@ -219,6 +219,8 @@ def test_dockerfile_is_multi_stage_slim_non_root_with_healthcheck() -> None:
     assert ("CMD", '["worker"]') in runtime
     build = " ".join(rest for word, rest in steps[:final])
     assert "-r constraints.txt" in build and "--constraint constraints.txt" in build
+    # the compiled kernels are built there: setup.py and the vendored header come along
+    assert "setup.py" in build and "build-essential" in build
     assert "build-essential" not in " ".join(rest for _, rest in runtime)
 
 

@@ -2,11 +2,15 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from online.events import parse_event
+from online.events import Fetch, parse_event, prepare
 from online.history import (
+    Emitted,
+    Interval,
     PageState,
     from_bytes,
     states_equal,
@@ -173,3 +177,121 @@ def test_property_new_links_match_set_difference(sets) -> None:
             new = set(links) - prev
             assert out.interval.new_internal == sum(1 for u in new if "site.org" in u)
             assert out.interval.new_external == sum(1 for u in new if "other" in u)
+
+
+# --- the compiled update against the rules in plain Python -----------------------------------
+
+
+def reference_update(state: PageState | None, fetch: Fetch, history: int):
+    """`update`'s rules as plain Python: the statement the compiled kernel must equal."""
+    ts = fetch.timestamp
+    if state is not None:
+        if ts == state.last_fetched_at:
+            return state, Emitted("duplicate")
+        if ts < state.last_fetched_at:
+            return state, Emitted("stale")
+    first = state is None
+    if state is None:
+        state = PageState(last_fetched_at=ts)
+    # None keeps the old network value.
+    sn = (
+        state.sn[0] if fetch.inlinks_internal is None else fetch.inlinks_internal,
+        state.sn[1] if fetch.inlinks_external is None else fetch.inlinks_external,
+        state.sn[2] if fetch.pagerank is None else fetch.pagerank,
+        state.sn[3] if fetch.trustrank is None else fetch.trustrank,
+    )
+    if not fetch.ok:
+        failed = state._replace(
+            last_fetched_at=ts,
+            last_status=fetch.status,
+            fetches=state.fetches + 1,
+            errors=state.errors + 1,
+            sn=sn,
+        )
+        return failed, Emitted("applied", None, first)
+    nan = float("nan")
+    sp = (
+        nan if fetch.content_size is None else fetch.content_size,
+        nan if fetch.text_size is None else fetch.text_size,
+        nan if fetch.text_quality is None else fetch.text_quality,
+        float(fetch.internal_outlinks),
+        float(fetch.external_outlinks),
+    )
+    interval = None
+    window = state.window
+    had_ok = state.last_ok_at is not None
+    if had_ok:
+        fps = fetch.fingerprints.tolist()
+        new = set(fps) - set(state.fingerprints.tolist())
+        new_internal = sum(fetch.outlink_internal[fps.index(fp)] for fp in new)
+        content_fp = fetch.content_digest_fp
+        interval = Interval(
+            new_internal,
+            len(new) - new_internal,
+            bool(content_fp and state.content_fp and content_fp != state.content_fp),
+            float(np.float32((ts - state.last_ok_at) / DAY)),
+        )
+        window = (*window, interval)[-history:] if history > 0 else ()
+    new_state = PageState(
+        last_fetched_at=ts,
+        last_ok_at=ts,
+        last_status=fetch.status,
+        fetches=state.fetches + 1,
+        errors=state.errors,
+        intervals_total=state.intervals_total + (interval is not None),
+        content_fp=fetch.content_digest_fp or state.content_fp,
+        embedding_fp=state.embedding_fp,
+        outlink_fps=fetch.outlink_fps,
+        window=window,
+        sp=sp,
+        sp_previous=state.sp if had_ok else state.sp_previous,
+        sn=sn,
+    )
+    return new_state, Emitted("applied", interval, first)
+
+
+optional = st.none() | st.integers(0, 10**6)
+rich_fetches = st.lists(
+    st.tuples(
+        st.integers(-2, 6),  # days since the event before: mostly later, some repeats and stale
+        link_sets,
+        st.sampled_from([200, 200, 204, 301, 404, 500]),
+        st.none() | st.sampled_from(["a", "b", "c"]),  # content digest
+        optional,  # inlinks_internal
+        st.none() | st.floats(0, 1),  # pagerank
+        optional,  # content_size
+    ),
+    min_size=1,
+    max_size=25,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(rich_fetches, st.integers(0, 9), st.floats(0, DAY - 1))
+def test_compiled_update_equals_the_plain_rules(raw, history: int, offset: float) -> None:
+    compiled = reference = None
+    day = 0
+    for step, links, status, digest, inlinks, pagerank, size in raw:
+        day += step
+        extra = {
+            k: v
+            for k, v in {
+                "content_digest": digest,
+                "inlinks_internal": inlinks,
+                "pagerank": pagerank,
+                "content_size": size,
+            }.items()
+            if v is not None
+        }
+        event = prepare(fetch(day * DAY + offset, links, status=status, **extra))
+        compiled, out = update(compiled, event, history=history)
+        reference, expected = reference_update(reference, event, history)
+        assert out == expected
+        assert states_equal(compiled, reference)
+        assert type(compiled) is PageState and all(type(iv) is Interval for iv in compiled.window)
+
+
+def test_update_refuses_what_is_not_a_page_state() -> None:
+    event = fetch(0, [internal(1)])
+    with pytest.raises(TypeError, match="PageState"):
+        update(tuple(update(None, event)[0]), fetch(DAY, []))  # a plain tuple

@@ -32,7 +32,7 @@ def clustered(n: int, dim: int = 16, clusters: int = 12, seed: int = 0) -> np.nd
     return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
 
 
-def small_index(**kw: int) -> FaissIndex:
+def small_index(**kw: int | str) -> FaissIndex:
     # One thread: OpenMP start-up costs more than these tiny searches, most on a busy box.
     args = {"exact_below": EXACT_BELOW, "nlist": NLIST, "nprobe": NLIST, "threads": 1, **kw}
     return FaissIndex(dim=DIM, **args)
@@ -106,7 +106,7 @@ def test_bad_input_rejected() -> None:
 
 def test_replace_and_last_wins_within_one_call() -> None:
     index = small_index()
-    v = unit(4)
+    v = index.stored(unit(4))
     index.upsert(np.array([1, 2, 1]), v[:3])
     assert len(index) == 2 and np.array_equal(index.reconstruct(1), v[2])
     index.upsert(np.array([2]), v[3:])
@@ -118,7 +118,7 @@ def test_replace_and_last_wins_within_one_call() -> None:
 def test_reconstruct_many_in_both_modes() -> None:
     for exact_below in (100, 5):
         index = small_index(exact_below=exact_below, nlist=2)
-        v = unit(10)
+        v = index.stored(unit(10))
         index.upsert(np.arange(10) * 7, v)
         assert index.is_ivf == (exact_below == 5)
         assert np.array_equal(index.reconstruct_many(np.array([63, 0, 14])), v[[9, 0, 2]])
@@ -137,6 +137,23 @@ def test_switches_to_ivf_exactly_at_exact_below() -> None:
     assert index.is_ivf and len(index) == EXACT_BELOW + 3
     index.remove(np.arange(5))
     assert index.is_ivf and len(index) == EXACT_BELOW - 2  # never switches back
+
+
+def test_half_precision_storage_rounds_on_the_way_in() -> None:
+    x = unit(30, seed=4)
+    half, full = small_index(), small_index(storage="float32")
+    assert half.storage == "float16"  # the default
+    rounded = half.stored(x)
+    assert np.array_equal(rounded, x.astype(np.float16).astype(np.float32))
+    assert np.array_equal(half.stored(rounded), rounded)  # idempotent
+    assert np.array_equal(full.stored(x), x)
+    assert np.abs(rounded @ x.T - x @ x.T).max() < 2e-3  # cosines barely move
+    for index in (half, full):
+        index.upsert(np.arange(30), x)  # crosses into IVF
+        assert index.is_ivf
+        assert np.array_equal(index.reconstruct_many(np.arange(30)), index.stored(x))
+    with pytest.raises(ValueError, match="storage"):
+        FaissIndex(dim=4, storage="int8")
 
 
 def test_default_nlist() -> None:
@@ -171,15 +188,16 @@ ops = st.lists(
 )
 
 
+@pytest.mark.parametrize("storage", ["float16", "float32"])
 @settings(max_examples=150, deadline=None)
 @given(ops)
-def test_any_sequence_of_updates_matches_a_dict_model(operations: list) -> None:
-    index = small_index()
+def test_any_sequence_of_updates_matches_a_dict_model(storage: str, operations: list) -> None:
+    index = small_index(storage=storage)
     model: dict[int, np.ndarray] = {}
     for step, (op, ids, seed) in enumerate(operations):
         arr = np.array(ids, dtype=np.int64)
         if op == "upsert":
-            vecs = unit(len(ids), seed=seed)
+            vecs = index.stored(unit(len(ids), seed=seed))
             index.upsert(arr, vecs)
             for i, v in zip(ids, vecs, strict=True):
                 model[i] = v
@@ -224,9 +242,10 @@ def test_chunking_does_not_change_results(
     assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
 
 
-def test_exhaustive_ivf_matches_exact_on_clustered_data() -> None:
-    x = clustered(500)
-    ivf = FaissIndex(dim=16, exact_below=200, nlist=8, nprobe=8)
+@pytest.mark.parametrize("storage", ["float16", "float32"])
+def test_exhaustive_ivf_matches_exact_on_clustered_data(storage: str) -> None:
+    ivf = FaissIndex(dim=16, exact_below=200, nlist=8, nprobe=8, storage=storage)
+    x = ivf.stored(clustered(500))
     ivf.upsert(np.arange(500) * 3, x)
     assert ivf.is_ivf
     sims, ids = ivf.search(x[:40], 30, exclude=np.arange(40) * 3)

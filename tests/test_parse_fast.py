@@ -12,8 +12,10 @@ from __future__ import annotations
 import json
 import pickle
 from dataclasses import FrozenInstanceError
+from datetime import UTC, datetime
 from typing import Any
 
+import numpy as np
 import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -30,7 +32,7 @@ from online.events import (
     parse_fetch,
     prepare,
 )
-from online.links import InvalidURL, canonical_flags, link_info
+from online.links import InvalidURL, canonical_summary, link_info
 
 DIM = 4  # small embeddings keep the examples cheap; the default dimension is tested below
 
@@ -348,8 +350,8 @@ PAGES = [
 
 
 @settings(max_examples=1000, deadline=None)
-@given(batch=st.lists(urls() | CANONICAL, min_size=1, max_size=6), page=st.sampled_from(PAGES))
-def test_canonical_flags_only_for_urls_that_are_their_own_normal_form(
+@given(batch=st.lists(urls() | CANONICAL, max_size=6), page=st.sampled_from(PAGES))
+def test_canonical_summary_only_for_urls_that_are_their_own_normal_form(
     batch: list[str], page: links.LinkInfo
 ) -> None:
     def canonical(url: str) -> bool:
@@ -358,12 +360,22 @@ def test_canonical_flags_only_for_urls_that_are_their_own_normal_form(
         except InvalidURL:
             return False
 
-    flags = canonical_flags(batch, page)
-    if flags is not None:
+    summary = canonical_summary(batch, page)
+    if summary is not None:
         assert all(map(canonical, batch))
         parsed = [links._parse_slow(url) for url in batch]
-        assert flags == [(p.scheme, p.site) == (page.scheme, page.site) for p in parsed]
-    assert canonical_flags([*batch, 5], page) is None
+        expected = sorted(
+            (p.fingerprint, (p.scheme, p.site) == (page.scheme, page.site)) for p in parsed
+        )
+        fps, flags, n_internal, n = summary
+        assert len({fp for fp, _ in expected}) == len(batch)  # distinct, else None
+        assert np.frombuffer(fps, "<u4").tolist() == [fp for fp, _ in expected]
+        assert list(flags) == [int(flag) for _, flag in expected]
+        assert (n_internal, n) == (sum(flags), len(batch))
+    elif all(map(canonical, batch)):  # declined for a repeated fingerprint or a final '?'
+        repeated = len({links._parse_slow(url).fingerprint for url in batch}) < len(batch)
+        assert repeated or any(url.endswith("?") for url in batch)
+    assert canonical_summary([*batch, 5], page) is None
 
 
 def test_fetch_stays_a_frozen_value_when_built_fast() -> None:
@@ -383,3 +395,33 @@ def test_fetch_stays_a_frozen_value_when_built_fast() -> None:
     assert pickle.loads(pickle.dumps(fetch)) == fetch
     with pytest.raises(FrozenInstanceError):
         fetch.status = 500  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "2026-01-05T10:00:00",
+        "2026-01-05T10:00:00Z",
+        "2026-01-05T10:00:00.5Z",
+        "2026-01-05T10:00:00.123456+02:00",
+        "2024-02-29T23:59:59-05:30",
+        "1900-01-01T00:00:00+23:59",
+        "2200-12-31T23:59:59.999999Z",
+    ],
+)
+def test_iso_times_take_the_fast_path_with_datetime_s_value(text: str) -> None:
+    event = {"url": "https://a.org/", "fetched_at": text, "outlinks": []}
+    fast = _fast_fetch(event, DIM, 100)
+    moment = datetime.fromisoformat(text)
+    moment = moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+    assert fast is not None and fast.timestamp == moment.timestamp()
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["2023-02-29T00:00:00Z", "2026-13-01T00:00:00Z", "2256-01-01T00:00:00Z", "2026-01-05"],
+)
+def test_iso_times_the_fast_path_leaves_to_the_validator(text: str) -> None:
+    assert (
+        _fast_fetch({"url": "https://a.org/", "fetched_at": text, "outlinks": []}, DIM, 9) is None
+    )

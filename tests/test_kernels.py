@@ -1,0 +1,174 @@
+"""The compiled kernels against plain-Python statements of what each computes.
+
+Kernels that stand in for the history update and the event parser are also checked where
+those are tested (tests/test_history.py, tests/test_parse_fast.py); here each is held to its
+own contract, on arbitrary input.
+"""
+
+from __future__ import annotations
+
+import doctest
+import math
+from dataclasses import dataclass, fields
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+from online import fastparse, kernels
+from online.events import _FETCH_FIELDS, Fetch, _new_fetch, parse_fetch
+from online.history import Interval, PageState
+
+
+@pytest.mark.parametrize("module", [fastparse, kernels])
+def test_doctests(module) -> None:
+    result = doctest.testmod(module)
+    assert result.attempted > 0 and result.failed == 0
+
+
+# -- vectors ----------------------------------------------------------------------------------
+
+
+def reference_unit(values: list[float]) -> bytes:
+    single = np.array(values, dtype=np.float32)
+    total = 0.0
+    for x in single.tolist():  # float64, in order
+        total += x * x
+    return (single / np.float32(math.sqrt(total))).astype("<f4").tobytes()
+
+
+finite = st.floats(-1e30, 1e30, allow_nan=False, width=64) | st.integers(-(10**6), 10**6)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(finite, min_size=1, max_size=12))
+def test_unit_vector_from_list_is_the_float32_vector_scaled_in_order(values: list) -> None:
+    got = fastparse.unit_vector_from_list(values, len(values))
+    single = np.array(values, dtype=np.float32)
+    if not single.any():
+        assert got is None  # zero (in float32) is for the validator to reject
+        return
+    assert got == reference_unit(values)
+    assert got == fastparse.unit_vector_bytes(single)
+    assert abs(np.linalg.norm(np.frombuffer(got, "<f4")) - 1) < 1e-5
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        [1.0, float("nan")],
+        [1.0, float("inf")],
+        [1e39, 1.0],  # beyond float32's range: the validator names it
+        [0.0, 0.0],
+        [1e-46, 1e-46],  # zero in float32
+        [1.0, "2"],
+        [1.0, True],
+        [1.0, 10**400],
+        (1.0, 2.0),  # not a list
+        [1.0],  # wrong dimension
+    ],
+)
+def test_unit_vector_from_list_declines_what_the_validator_must_judge(values) -> None:
+    assert fastparse.unit_vector_from_list(values, 2) is None
+
+
+# -- related-page means ----------------------------------------------------------------------
+
+
+def reference_means(weights, versions, version):
+    rows, k = weights.shape
+    means = np.full((rows, versions.shape[1]), np.nan)
+    known = np.zeros((rows, versions.shape[1]))
+    for i in range(rows):
+        for f in range(versions.shape[1]):
+            num = den = 0.0
+            for j in range(k):
+                v = version[i, j]
+                if v >= 0 and not math.isnan(versions[v, f]):
+                    den += weights[i, j]
+                    num += weights[i, j] * float(versions[v, f])
+            known[i, f] = den
+            if den > 0:
+                means[i, f] = num / den
+    return means, known
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_weighted_stat_means_equal_the_slot_order_sums(data) -> None:
+    rows, k, n_versions, n_stats = (data.draw(st.integers(1, n)) for n in (5, 6, 7, 4))
+    dtype = data.draw(st.sampled_from([np.float32, np.float64]))
+    values = st.sampled_from([math.nan]) | st.floats(-1e3, 1e3, width=32)
+    versions = data.draw(hnp.arrays(dtype, (n_versions, n_stats), elements=values))
+    version = data.draw(hnp.arrays(np.int64, (rows, k), elements=st.integers(-1, n_versions - 1)))
+    weights = data.draw(hnp.arrays(np.float64, (rows, k), elements=st.floats(0, 1)))
+    means, known = kernels.weighted_stat_means(weights, versions, version)
+    expected_means, expected_known = reference_means(weights, versions, version)
+    assert np.array_equal(means, expected_means, equal_nan=True)
+    assert np.array_equal(known, expected_known)
+
+
+def test_weighted_stat_means_refuses_a_version_out_of_range() -> None:
+    with pytest.raises(IndexError):
+        kernels.weighted_stat_means(
+            np.ones((1, 1)), np.ones((2, 3), np.float32), np.array([[2]], np.int64)
+        )
+
+
+# -- own history -----------------------------------------------------------------------------
+
+intervals = st.builds(
+    Interval, st.integers(0, 50), st.integers(0, 50), st.booleans(), st.floats(0.01, 30)
+)
+numbers = st.floats(allow_nan=True, allow_infinity=False, width=32)
+states = st.builds(
+    PageState,
+    st.floats(0, 2e9),
+    fetches=st.integers(0, 1000),
+    errors=st.integers(0, 1000),
+    window=st.lists(intervals, max_size=10).map(tuple),
+    sp=st.tuples(*[numbers] * 5),
+    sp_previous=st.tuples(*[numbers] * 5),
+    sn=st.tuples(*[numbers] * 4),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(states, max_size=6), st.integers(0, 9))
+def test_own_history_values_read_the_states(page_states: list[PageState], history: int) -> None:
+    head, lags, lengths = kernels.own_history_values(page_states, history)
+    for i, s in enumerate(page_states):
+        expected = [*s.sp, *s.sp_previous, *s.sn, s.fetches, s.errors]
+        assert np.array_equal(head[i], np.array(expected, dtype=np.float64), equal_nan=True)
+        window = list(reversed(s.window[-history:] if history else ()))
+        assert lengths[i] == len(window)
+        assert np.array_equal(lags[i, : len(window)], np.array(window, dtype=float).reshape(-1, 4))
+        assert np.isnan(lags[i, len(window) :]).all()
+
+
+def test_own_history_values_refuse_what_is_not_a_state() -> None:
+    with pytest.raises(TypeError):
+        kernels.own_history_values([(1, 2, 3)], 2)
+
+
+# -- records ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Triple:
+    a: int
+    b: str = "x"
+    c: float | None = None
+
+
+def test_slot_record_builds_what_the_dataclass_builds() -> None:
+    build = kernels.SlotRecord(Triple, tuple(f.name for f in fields(Triple)))
+    assert build(1, "y", 2.5) == Triple(1, "y", 2.5)
+    with pytest.raises(TypeError, match="takes 3 values"):
+        build(1, 2)
+    event = b'{"url": "https://a.org/", "fetched_at": 5, "outlinks": ["https://a.org/b"]}'
+    fetch = parse_fetch(event)
+    values = [getattr(fetch, name) for name in _FETCH_FIELDS]
+    assert _new_fetch(*values) == Fetch(*values) == fetch
