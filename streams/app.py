@@ -19,17 +19,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import multiprocessing as mp
 import os
 import tempfile
 from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import faust
 from prometheus_client import generate_latest
 
+from streams.helper_processes import helper_pool
 from streams.kafka_io import aiokafka_options, parse_embedding, ssl_context
 from streams.live import LiveProcessor, Metrics, RecordLike, parse_values
 from streams.maththreads import single_math_thread
@@ -241,11 +240,7 @@ async def _consume(
     fully processed (a stop or crash mid-batch leaves its events uncommitted)."""
     loop = asyncio.get_running_loop()
     batches_q: asyncio.Queue = asyncio.Queue(maxsize=1)
-    pool = (
-        ProcessPoolExecutor(settings.parse_processes, mp_context=mp.get_context("spawn"))
-        if settings.parse_processes > 0
-        else None
-    )
+    pool = helper_pool(settings.parse_processes) if settings.parse_processes > 0 else None
     if pool is not None:  # start the parser now, not on the first event (seconds of imports)
         await loop.run_in_executor(pool, parse_values, [b"{}"], 2, 1)
 

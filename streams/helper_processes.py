@@ -1,23 +1,61 @@
-"""How the replay's helper processes (the events reader, the outputs writer) run beside it.
+"""How helper processes (the replay's events reader and outputs writer, the live worker's
+parser pool) run beside the process that started them.
 
-On a machine with few cores the pipeline's own thread is the critical path: every event waits
-for it, while the helpers have slack (their queues absorb it). With all of them runnable the
-kernel shared the cores evenly, and the pipeline thread spent about 9 of 73 seconds of a
-1,000,000-event replay waiting for a core. Helpers therefore run at a lower scheduling
-priority: they get the cycles the pipeline leaves, and all of them when it waits.
+Priority: on a machine with few cores the pipeline's own thread is the critical path: every
+event waits for it, while the replay's helpers have slack (their queues absorb it). With all of
+them runnable the kernel shared the cores evenly, and the pipeline thread spent about 9 of 73
+seconds of a 1,000,000-event replay waiting for a core. The replay's helpers therefore run at a
+lower scheduling priority: they get the cycles the pipeline leaves, and all of them when it
+waits.
+
+Lifetime: a parent killed outright (SIGKILL, the OOM killer) runs no clean-up, and a helper
+blocked on its queue would live on as an orphan, holding its memory (seen after the tests that
+kill a worker: one 240 MB parser per kill). Every helper therefore watches its parent and ends
+when the parent is gone.
 """
 
 from __future__ import annotations
 
 import contextlib
+import multiprocessing as mp
 import os
+import threading
+import time
+from concurrent.futures import ProcessPoolExecutor
 
-#: Added to a helper process's niceness (lower priority); 0 leaves it alone.
+#: Added to a replay helper's niceness (lower priority); 0 leaves it alone.
 HELPER_NICENESS = 10
 
+#: How often a helper checks that its parent is still there.
+PARENT_POLL_SECONDS = 0.5
 
-def run_as_helper() -> None:
-    """Lower the calling process's scheduling priority, where the platform allows."""
+
+def run_as_helper(parent_pid: int) -> None:
+    """Lower the calling process's scheduling priority, where the platform allows, and end it
+    when ``parent_pid`` is gone."""
+    exit_with_parent(parent_pid)
     if HELPER_NICENESS:
         with contextlib.suppress(AttributeError, OSError):  # no os.nice (Windows), or refused
             os.nice(HELPER_NICENESS)
+
+
+def exit_with_parent(parent_pid: int) -> None:
+    """End the calling process (exit status 1, no clean-up) once its parent is no longer
+    ``parent_pid``: the parent died and the process was handed to another."""
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(PARENT_POLL_SECONDS)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
+
+
+def helper_pool(processes: int) -> ProcessPoolExecutor:
+    """A pool of ``processes`` spawned workers that end with the calling process."""
+    return ProcessPoolExecutor(
+        processes,
+        mp_context=mp.get_context("spawn"),
+        initializer=exit_with_parent,
+        initargs=(os.getpid(),),
+    )

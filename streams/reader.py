@@ -9,6 +9,7 @@ exactly: one reader, one queue.
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -73,7 +74,9 @@ def read_batches(
         return
     ctx = mp.get_context("spawn")
     queue: mp.Queue = ctx.Queue(maxsize=8)
-    reader = ctx.Process(target=_produce, args=(queue, *args), daemon=True, name="events-reader")
+    reader = ctx.Process(
+        target=_produce, args=(queue, os.getpid(), *args), daemon=True, name="events-reader"
+    )
     reader.start()
     try:
         while True:
@@ -89,8 +92,8 @@ def read_batches(
         reader.join()
 
 
-def _produce(queue: mp.Queue, *args: object) -> None:
-    run_as_helper()
+def _produce(queue: mp.Queue, parent_pid: int, *args: object) -> None:
+    run_as_helper(parent_pid)
     try:
         for batch in _batches(*args):  # type: ignore[arg-type]
             queue.put(batch)

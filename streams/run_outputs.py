@@ -12,6 +12,7 @@ the same either way: one writer, one queue, batches in order.
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 import queue
 import traceback
 from pathlib import Path
@@ -235,7 +236,7 @@ class RunOutputs:
         self._result: mp.Queue = ctx.Queue(maxsize=1)
         self._process = ctx.Process(
             target=_serve,
-            args=(self._queue, self._result, out_dir, history),
+            args=(self._queue, self._result, os.getpid(), out_dir, history),
             daemon=True,
             name="run-writer",
         )
@@ -290,8 +291,8 @@ class RunOutputs:
         raise RuntimeError(f"run writer failed:\n{detail}")
 
 
-def _serve(queue: mp.Queue, result: mp.Queue, out_dir: Path, history: int) -> None:
-    run_as_helper()
+def _serve(queue: mp.Queue, result: mp.Queue, parent_pid: int, out_dir: Path, history: int) -> None:
+    run_as_helper(parent_pid)
     try:
         outputs = _Outputs(out_dir, history)
         while (batch := queue.get()) is not None:
