@@ -208,19 +208,21 @@ cdef inline void _sift(uint64_t* a, Py_ssize_t root, Py_ssize_t n) noexcept nogi
 
 
 cdef bytes _unit(float* values, Py_ssize_t n):
-    """float32 values scaled to unit length (norm summed in float64, in order), as <f4 bytes."""
+    """float32 values scaled to unit length, as <f4 bytes: the norm summed in float64, in
+    order, and each value divided in float64 before rounding (a float32 norm of subnormal
+    values would itself be subnormal, and off by up to a percent)."""
     cdef double total = 0.0
     cdef Py_ssize_t i
-    cdef float norm
+    cdef double norm
     for i in range(n):
         total += <double> values[i] * <double> values[i]
-    norm = <float> sqrt(total)
+    norm = sqrt(total)
     cdef bytes out = PyBytes_FromStringAndSize(NULL, 4 * n)
     cdef uint32_t* data = <uint32_t*> PyBytes_AS_STRING(out)
     cdef float scaled
     cdef uint32_t bits
     for i in range(n):
-        scaled = values[i] / norm
+        scaled = <float> (<double> values[i] / norm)
         memcpy(&bits, &scaled, 4)
         store_u32le(data + i, bits)
     return out

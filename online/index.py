@@ -33,6 +33,8 @@ from typing import NamedTuple, Protocol, runtime_checkable
 import faiss
 import numpy as np
 
+from online.kernels import gather_half
+
 __all__ = [
     "DEFAULT_GRAPH_NPROBE",
     "FaissIndex",
@@ -320,7 +322,9 @@ class FaissIndex:
         except KeyError:
             missing = [i for i in ids.tolist() if i not in self._row]
             raise KeyError(f"pages not indexed: {missing[:5]}") from None
-        return self._vectors[rows].astype(np.float32)
+        if self._vectors.dtype == np.float16:  # a table lookup: numpy's cast is 4x slower
+            return gather_half(self._vectors.view(np.uint16), np.array(rows, dtype=np.int64))
+        return self._vectors[rows]
 
     def stored(self, vectors: np.ndarray) -> np.ndarray:
         """``vectors`` (n, dim) as this index stores them: float32, rounded to half precision

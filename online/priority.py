@@ -125,10 +125,16 @@ def _reasons(
     names = list(strength)
     table = np.stack([strength[k] for k in names], axis=1)
     order = np.argsort(-table, axis=1, kind="stable")
-    out = []
-    for i in range(n):
-        out.append([names[j] for j in order[i] if table[i, j] >= 0.05] or ["prior"])
-    return out
+    # Each row's reasons are its columns in ``order`` that reach 5%: rows with the same
+    # pattern share one list (a handful of patterns per batch, built once each).
+    kept = np.take_along_axis(table >= 0.05, order, axis=1)
+    codes = ((order + 1) * kept) @ (len(names) + 1) ** np.arange(len(names))[::-1]
+    patterns, inverse = np.unique(codes, return_inverse=True)
+    lists = []
+    for code in patterns.tolist():
+        digits = [code // (len(names) + 1) ** p % (len(names) + 1) for p in range(len(names))]
+        lists.append([names[d - 1] for d in reversed(digits) if d] or ["prior"])
+    return [lists[i] for i in inverse.reshape(-1).tolist()]
 
 
 def next_fetch_days(

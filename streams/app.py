@@ -18,10 +18,11 @@ under the ``LOOKAROUND_FAUST_`` prefix, so a stray ``BROKER_URL`` cannot redirec
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -107,12 +108,17 @@ class BatchPublisher:
         return producer
 
     async def publish(self, messages: Sequence[tuple[str, bytes | None, bytes]]) -> None:
-        """Send (topic, key, value) messages, in order per partition; return once all are
-        delivered (acks=all), raise if any is not."""
+        """Send (topic, key, value) messages; return once all are delivered (acks=all), raise
+        if any is not."""
+        await (await self.send(messages))
+
+    async def send(self, messages: Sequence[tuple[str, bytes | None, bytes]]) -> Awaitable[None]:
+        """Hand (topic, key, value) messages to the producer, in order per partition; returns
+        an awaitable of their delivery (acks=all) that raises if any is not delivered."""
         from aiokafka.partitioner import DefaultPartitioner
 
         if not messages:
-            return
+            return _delivered()
         producer = self.producer or await self._start()
         choose = DefaultPartitioner()
         batches: dict[tuple[str, int], Any] = {}
@@ -133,12 +139,20 @@ class BatchPublisher:
                     raise ValueError(f"a {len(value)}-byte message does not fit a batch")
         for (topic, partition), batch in batches.items():
             deliveries.append(await producer.send_batch(batch, topic, partition=partition))
-        await asyncio.gather(*deliveries)
+        return asyncio.gather(*deliveries)
 
     async def stop(self) -> None:
         if self.producer is not None:
             producer, self.producer = self.producer, None
             await producer.stop()
+
+
+#: How long a stopping worker waits for its last batch's commit.
+_COMMIT_ON_STOP_SECONDS = 10.0
+
+
+async def _delivered() -> None:
+    """Nothing to deliver."""
 
 
 def create_app(settings: Settings, *, store: RedisPageStore | None = None) -> faust.App:
@@ -183,7 +197,7 @@ def create_app(settings: Settings, *, store: RedisPageStore | None = None) -> fa
 
     publisher = BatchPublisher(settings)
 
-    live = LiveProcessor(settings, store, publisher.publish, metrics)
+    live = LiveProcessor(settings, store, publisher.send, metrics)
     # For the worker's lifetime: spinning BLAS threads would take the parser's core.
     app.lookaround_math_threads = single_math_thread()  # type: ignore[attr-defined]
     app.lookaround = live  # type: ignore[attr-defined]
@@ -244,14 +258,31 @@ async def _consume(
     if pool is not None:  # start the parser now, not on the first event (seconds of imports)
         await loop.run_in_executor(pool, parse_values, [b"{}"], 2, 1)
 
+    async def commit(previous: asyncio.Task | None, batch: Awaitable, events: list, messages: list):
+        if previous is not None:
+            await previous  # commits in order; raises if the one before failed
+        await batch
+        for e in events:
+            await stream.ack(e)
+        _update_lag(app, live, messages)
+
     async def processor() -> None:
-        ack = stream.ack
-        while True:
-            events, messages, parsed = await batches_q.get()
-            await live.handle(messages, parsed)
-            for e in events:
-                await ack(e)
-            _update_lag(app, live, messages)
+        # Batch n+1 is processed while batch n's commit (the broker's acks, then the Redis
+        # write in a thread) runs; one commit at most is outstanding.
+        previous: asyncio.Task | None = None
+        try:
+            while True:
+                events, messages, parsed = await batches_q.get()
+                batch = await live.begin(messages, parsed)
+                task = asyncio.create_task(commit(previous, batch, events, messages))
+                if previous is not None:
+                    await asyncio.shield(previous)  # a stop must not cancel a commit
+                previous = task
+        finally:
+            # A stop lets the outstanding commit finish (its records acked, not redelivered).
+            if previous is not None and not previous.done():
+                with contextlib.suppress(Exception, asyncio.CancelledError):
+                    await asyncio.wait_for(asyncio.shield(previous), _COMMIT_ON_STOP_SECONDS)
 
     task = asyncio.create_task(processor())
     state["running"] = True

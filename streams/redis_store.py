@@ -179,7 +179,11 @@ class RedisPageStore:
             pages.setdefault(int(pid), [b"", b"", b"", b""])[2] = nb.to_bytes()
         for pid, row in writes.rows.items():
             pages.setdefault(int(pid), [b"", b"", b"", b""])[3] = row_to_bytes(row)
-        learner = b"" if writes.learner is None else pickle.dumps(writes.learner, protocol=5)
+        learner = writes.learner
+        if learner is None:
+            learner = b""
+        elif not isinstance(learner, bytes):  # bytes: pickled already (a sealed layer)
+            learner = pickle.dumps(learner, protocol=5)
         if not pages and not learner:
             return
         keys = [self.learner_key]

@@ -36,7 +36,7 @@ def reference_unit(values: list[float]) -> bytes:
     total = 0.0
     for x in single.tolist():  # float64, in order
         total += x * x
-    return (single / np.float32(math.sqrt(total))).astype("<f4").tobytes()
+    return (single.astype(np.float64) / math.sqrt(total)).astype("<f4").tobytes()
 
 
 finite = st.floats(-1e30, 1e30, allow_nan=False, width=64) | st.integers(-(10**6), 10**6)
@@ -172,3 +172,18 @@ def test_slot_record_builds_what_the_dataclass_builds() -> None:
     fetch = parse_fetch(event)
     values = [getattr(fetch, name) for name in _FETCH_FIELDS]
     assert _new_fetch(*values) == Fetch(*values) == fetch
+
+
+def test_gather_half_equals_numpy_cast_for_every_half_value():
+    """Every one of the 65,536 half-precision bit patterns (NaNs, infinities, -0, subnormals)
+    comes out as numpy's cast makes it, at any row order; rows out of range are refused."""
+    from online.kernels import gather_half
+
+    halves = np.arange(65536, dtype=np.uint32).astype(np.uint16).reshape(512, 128)
+    rows = np.random.default_rng(0).permutation(512).astype(np.int64)
+    got = gather_half(halves, rows)
+    want = halves.view(np.float16)[rows].astype(np.float32)
+    assert got.dtype == np.float32
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))  # bit for bit
+    with pytest.raises(IndexError, match="row 512"):
+        gather_half(halves, np.array([0, 512], dtype=np.int64))

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import gzip
 import shutil
 import subprocess
 import uuid
@@ -398,3 +399,80 @@ def test_replica_versions_and_pending(redis_client, prefix):
     assert live.apply_embeddings([(p1, 11.0, v[2], u1), (p2, 1.0, v[1], u2)]) == 2
     assert np.array_equal(live.index.reconstruct(p1), stored[2])
     assert len(live.index) == 2
+
+
+def test_deferred_store_layers(redis_client, prefix):
+    """The worker's store overlay: a batch reads the batches not yet written (newest wins),
+    layers are written oldest first, and a sealed learner is a snapshot."""
+    from online.history import PageState
+    from online.links import link_info
+    from streams.live import _DeferredStore
+    from streams.redis_store import N_STATS
+    from streams.stores import PageWrites
+
+    store = RedisPageStore(redis_client, prefix=f"{prefix}:")
+    deferred = _DeferredStore(store)
+    u1, u2, u3 = (f"https://a.example/{i}" for i in range(3))
+    p1, p2, p3 = (link_info(u).page_id for u in (u1, u2, u3))
+
+    def stats(value: float) -> np.ndarray:
+        return np.full(N_STATS, value, np.float32)
+
+    store.write(
+        PageWrites(states={u1: PageState(last_fetched_at=1.0)}, stats={p1: stats(1)}, neighbours={})
+    )
+    learner = {"seen": 1}
+    deferred.write(
+        PageWrites(
+            states={u1: PageState(last_fetched_at=2.0), u2: PageState(last_fetched_at=2.0)},
+            stats={p1: stats(2), p2: stats(2)},
+            neighbours={},
+            learner=learner,
+        )
+    )
+    older = deferred.seal()
+    learner["seen"] = 2  # the next batch goes on changing the learner
+    deferred.write(
+        PageWrites(states={u2: PageState(last_fetched_at=3.0)}, stats={p2: stats(3)}, neighbours={})
+    )
+    newer = deferred.seal()
+    deferred.write(PageWrites(states={}, stats={p1: stats(4)}, neighbours={}))
+
+    def seen() -> tuple[list, list]:
+        states = deferred.get_states([u1, u2, u3])
+        rows = deferred.get_stats(np.array([p1, p2, p3], dtype=np.int64))
+        return [s and s.last_fetched_at for s in states], rows[:, 0].tolist()
+
+    expected = ([2.0, 3.0, None], [4.0, 3.0])
+    assert seen()[0] == expected[0] and seen()[1][:2] == expected[1]
+    assert np.isnan(seen()[1][2])
+    assert deferred.get_learner() == {"seen": 1}  # pickled when sealed
+    with pytest.raises(AssertionError, match="oldest first"):
+        deferred.write_layer(newer)
+    deferred.write_layer(older)
+    deferred.release(older)
+    assert seen()[0] == expected[0] and seen()[1][:2] == expected[1]  # Redis has the older
+    assert [s.last_fetched_at for s in store.get_states([u1, u2])] == [2.0, 2.0]
+    deferred.discard()  # a failed attempt drops only the pending writes
+    assert deferred.get_stats(np.array([p1], dtype=np.int64))[0, 0] == 2.0
+    deferred.write_layer(newer)
+    deferred.release(newer)
+    assert deferred.sealed == []
+    assert [s.last_fetched_at for s in store.get_states([u1, u2])] == [2.0, 3.0]
+    assert store.get_learner() == {"seen": 1}
+
+
+def test_parsed_values_cross_processes_as_they_were(crawl_file):
+    """What the parser process returns arrives whole: fetches equal, rejects in place."""
+    import pickle
+
+    from streams.live import ParsedValues, parse_values
+
+    with gzip.open(crawl_file, "rb") as f:
+        values = [next(f).rstrip(b"\n") for _ in range(50)]
+    values[3], values[10] = b'{"url": 3}', b"not json"
+    parsed = parse_values([*values, None], 192, 1000)
+    back = pickle.loads(pickle.dumps(parsed, protocol=5))
+    assert isinstance(back, ParsedValues) and back == parsed
+    assert back[3] == ("url", "expected a string, got int") and back[-1][0] == "$"
+    assert sum(isinstance(x, tuple) and len(x) == 2 for x in back) == 3
