@@ -40,6 +40,7 @@ from streams.cli_live import produce_file
 from streams.harness import WorkerProcess, wait_for, worker_settings
 from streams.kafka_io import ensure_topics, free_port, start_tansu
 from streams.redis_store import RedisPageStore
+from streams.settings import Settings
 from streams.topic_replay import read_topic
 
 
@@ -196,8 +197,19 @@ def main() -> None:
         default=None,
         help="events/s (default: half the 1-worker rate)",
     )
-    ap.add_argument("--latency-batch-within", type=float, default=0.05)
-    ap.add_argument("--latency-batch-size", type=int, default=500)
+    defaults = Settings.model_fields
+    ap.add_argument(
+        "--latency-batch-within",
+        type=float,
+        default=defaults["batch_within_seconds"].default,
+        help="the worker's batch_within_seconds in the latency phase (default: settings)",
+    )
+    ap.add_argument(
+        "--latency-batch-size",
+        type=int,
+        default=defaults["batch_size"].default,
+        help="the worker's batch_size in the latency phase (default: settings)",
+    )
     args = ap.parse_args()
 
     tmp = Path(tempfile.mkdtemp(prefix="lookaround-bench-"))

@@ -83,8 +83,10 @@ class Settings(BaseSettings):
     )
 
     # -- processing ----------------------------------------------------------------------------
-    batch_size: int = Field(500, ge=1, description="Events per micro-batch (stream.take).")
-    batch_within_seconds: float = Field(0.2, gt=0, description="Longest wait to fill a batch.")
+    batch_size: int = Field(2000, ge=1, description="Events per micro-batch (stream.take).")
+    batch_within_seconds: float = Field(
+        0.05, gt=0, description="Longest wait to fill a batch (bounds latency at low rates)."
+    )
     parse_processes: int = Field(
         1, ge=0, description="Parser processes per worker (0: parse in the worker process)."
     )
