@@ -107,11 +107,6 @@ class BatchPublisher:
         self.producer = producer
         return producer
 
-    async def publish(self, messages: Sequence[tuple[str, bytes | None, bytes]]) -> None:
-        """Send (topic, key, value) messages; return once all are delivered (acks=all), raise
-        if any is not."""
-        await (await self.send(messages))
-
     async def send(self, messages: Sequence[tuple[str, bytes | None, bytes]]) -> Awaitable[None]:
         """Hand (topic, key, value) messages to the producer, in order per partition; returns
         an awaitable of their delivery (acks=all) that raises if any is not delivered."""

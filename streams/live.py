@@ -285,7 +285,6 @@ class BatchOutcome:
     embeddings: int = 0
     attempts: int = 1
     results: list[Processed] = field(default_factory=list)
-    send_seconds: float = 0.0
 
 
 class LiveProcessor:
@@ -439,7 +438,7 @@ class LiveProcessor:
         t0 = time.perf_counter()
         await delivered
         t1 = time.perf_counter()
-        m.stage_seconds.labels(stage="publish").inc(t1 - t0 + outcome.send_seconds)
+        m.stage_seconds.labels(stage="publish").inc(t1 - t0)
         await self._retry_async(lambda: self.deferred.write_layer(layer), "write")
         self.deferred.release(layer)
         m.stage_seconds.labels(stage="write").inc(time.perf_counter() - t1)
@@ -507,7 +506,7 @@ class LiveProcessor:
         if duplicates:
             m.duplicates.inc(duplicates)
         delivered = await self.publish(messages)
-        outcome.send_seconds = time.perf_counter() - t1
+        m.stage_seconds.labels(stage="publish").inc(time.perf_counter() - t1)
         return outcome, delivered, self.deferred.seal()
 
     def _embeddings(self, results: list[Processed]) -> list[tuple[bytes, bytes]]:
