@@ -1,5 +1,5 @@
-"""Builds the compiled modules (online/fastparse.pyx, online/kernels.pyx); the rest of the
-project is described in pyproject.toml."""
+"""Builds the compiled modules (online/fastparse.pyx, online/kernels.pyx and
+streams/partitioner.pyx); the rest of the project is described in pyproject.toml."""
 
 from Cython.Build import cythonize
 from setuptools import Extension, setup
@@ -8,12 +8,12 @@ setup(
     ext_modules=cythonize(
         [
             Extension(
-                f"online.{name}",
-                [f"online/{name}.pyx"],
+                module,
+                [module.replace(".", "/") + ".pyx"],
                 include_dirs=["online/vendor/xxhash"],
                 extra_compile_args=["-O3"],
             )
-            for name in ("fastparse", "kernels")
+            for module in ("online.fastparse", "online.kernels", "streams.partitioner")
         ],
         compiler_directives={"language_level": "3"},
     )

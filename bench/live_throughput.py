@@ -72,10 +72,19 @@ def drain(
         started = time.perf_counter()
         start_count = seen()
         cpu0 = [w.cpu_seconds() for w in workers]
-        wait_for(
-            lambda: seen() >= n_events and total() >= n_events * 0.999, 3600, "drain", every=0.5
-        )
+        # When every worker has had its first batch (the group settled: a worker that joins
+        # later triggers a rebalance that pauses the others).
+        all_busy: tuple[float, float] | None = None
+        while not (seen() >= n_events and total() >= n_events * 0.999):
+            if time.perf_counter() - started > 3600:
+                raise TimeoutError("drain")
+            if all_busy is None and all(
+                w.metric("lookaround_events_in_total") > 0 for w in workers
+            ):
+                all_busy = (time.perf_counter(), seen())
+            time.sleep(0.5)
         seconds = time.perf_counter() - started
+        ended = time.perf_counter()
         cpu1 = [w.cpu_seconds() for w in workers]
         rate = (n_events - start_count) / seconds
         main_cpu = sum(b[0] - a[0] for a, b in zip(cpu0, cpu1, strict=True))
@@ -98,6 +107,11 @@ def drain(
             "drain_s": round(seconds, 1),
             "events_per_s": round(rate),
             "events_per_s_per_worker": round(rate / n_workers),
+            # From the moment every worker was busy: the rate of a settled group.
+            "all_busy_after_s": None if all_busy is None else round(all_busy[0] - started, 1),
+            "settled_events_per_s_per_worker": None
+            if all_busy is None or ended - all_busy[0] < 1
+            else round((n_events - all_busy[1]) / (ended - all_busy[0]) / n_workers),
             # Events per CPU-second of the workers' main processes: the rate one worker would
             # sustain with a core to itself (its parser process on another).
             "cpu_main_s": round(main_cpu, 1),

@@ -177,7 +177,14 @@ _update = HistoryUpdate(
 
 def with_embedding(state: PageState, embedding_fp: int) -> PageState:
     """Record which embedding the page's related pages were last computed from."""
-    return state._replace(embedding_fp=embedding_fp)
+    # Slices, not ``_replace``: this runs once per event and ``_replace`` is 4x slower.
+    return _new_state(
+        PageState, (*state[:_EMBEDDING_AT], embedding_fp, *state[_EMBEDDING_AT + 1 :])
+    )
+
+
+_EMBEDDING_AT = PageState._fields.index("embedding_fp")
+_new_state = tuple.__new__
 
 
 # -- compact serialisation ------------------------------------------------------------------

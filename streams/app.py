@@ -1,10 +1,11 @@
 """The Faust app of a live worker, built from one `Settings` by `create_app`.
 
 * agent ``fetched-pages`` over the fetched-page topic (the consumer group ``settings.app_id``):
-  micro-batches from ``stream.noack_take`` (``batch_size`` events or what came within
-  ``batch_within_seconds``; acked here, per batch, so parsing, in a parser process, can overlap
-  the pipeline) go to `streams.live.LiveProcessor`; the records are acked (and so committed)
-  only after their batch is fully processed, published and written to Redis;
+  adaptive micro-batches (what arrived while the last batch was processed, up to
+  ``batch_size``; chunks from ``stream.noack_take`` come within ``batch_within_seconds``),
+  parsed in a parser process while the previous batch is processed, go to
+  `streams.live.LiveProcessor`; the records are acked (and so committed) only after their
+  batch is fully processed, published and written to Redis;
 * task ``embeddings-replica``: an aiokafka consumer with no group that reads every partition of
   the embeddings topic from the beginning and keeps this worker's FAISS replica current; the
   agent starts only once the replica has caught up with the topic's end at start-up;
@@ -29,10 +30,13 @@ from typing import Any
 import faust
 from prometheus_client import generate_latest
 
+from streams.batching import BatchGatherer
+from streams.gcpolicy import freeze_startup_heap
 from streams.helper_processes import helper_pool
 from streams.kafka_io import aiokafka_options, parse_embedding, ssl_context
 from streams.live import LiveProcessor, Metrics, RecordLike, parse_values
 from streams.maththreads import single_math_thread
+from streams.partitioner import partition_of
 from streams.redis_store import RedisPageStore, redis_client
 from streams.settings import Settings
 
@@ -86,7 +90,8 @@ class BatchPublisher:
     """Publishes a batch's messages as one record batch per partition, on this worker's own
     aiokafka producer: one send and one delivery future per partition instead of per message
     (Faust's producer, and even aiokafka's per-message ``send``, cost several times more).
-    Partitions are chosen as aiokafka's default partitioner does (murmur2 of the key)."""
+    Partitions are chosen as Kafka's default partitioner does (murmur2 of the key, compiled in
+    `streams.partitioner`; a message without a key goes to a random partition)."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -123,7 +128,10 @@ class BatchPublisher:
             if partitions is None:
                 partitions = sorted(await producer.partitions_for(topic))
                 self._partitions[topic] = partitions
-            tp = (topic, choose(key, partitions, partitions))
+            if key is None:
+                tp = (topic, choose(key, partitions, partitions))
+            else:
+                tp = (topic, partitions[partition_of(key, len(partitions))])
             batch = batches.get(tp)
             if batch is None:
                 batch = batches[tp] = producer.create_batch()
@@ -204,7 +212,8 @@ def create_app(settings: Settings, *, store: RedisPageStore | None = None) -> fa
     @app.agent(fetched, name="fetched-pages")
     async def fetched_pages(stream: faust.StreamT) -> None:
         await state["replica_ready"].wait()
-        log.info("processing %s", settings.topic_fetched)
+        frozen = freeze_startup_heap()
+        log.info("processing %s", settings.topic_fetched, extra={"frozen_objects": frozen})
         try:
             await _consume(app, stream, settings, live, state)
         finally:
@@ -240,18 +249,41 @@ def create_app(settings: Settings, *, store: RedisPageStore | None = None) -> fa
 async def _consume(
     app: faust.App, stream: faust.StreamT, settings: Settings, live: LiveProcessor, state: dict
 ) -> None:
-    """Micro-batches from ``stream.noack_take`` (``batch_size`` events, or what came within
-    ``batch_within_seconds``; ``take`` itself would ack a batch as soon as its loop body returns),
-    in two overlapping stages: this loop parses each batch in a parser process and hands it over;
-    the processor runs each parsed batch through `LiveProcessor.handle` and only then acks its
-    events, in order. So parsing batch n+1 overlaps processing batch n, nothing is done per
-    event beyond Faust's own delivery, and no offset is committed past an event that was not
-    fully processed (a stop or crash mid-batch leaves its events uncommitted)."""
+    """Adaptive micro-batches in three overlapping stages.
+
+    1. This loop collects chunks from ``stream.noack_take`` (``batch_size`` events, or what
+       came within ``batch_within_seconds``; ``take`` itself would ack a chunk as soon as its
+       loop body returns) in a `BatchGatherer`.
+    2. The feeder waits until the processor has taken its last batch, then takes everything
+       gathered meanwhile (up to ``batch_size``) as the next batch and parses it in a parser
+       process. An idle worker so handles a chunk as soon as it comes; a busy one handles
+       the backlog that built up during its last batch in one go (see `streams.batching`).
+    3. The processor runs each parsed batch through `LiveProcessor.begin` and acks its events,
+       in order, only after its commit: no offset is committed past an event that was not
+       fully processed (a stop or crash mid-batch leaves its events uncommitted).
+    """
     loop = asyncio.get_running_loop()
+    gathered: BatchGatherer = BatchGatherer(settings.batch_size)
     batches_q: asyncio.Queue = asyncio.Queue(maxsize=1)
     pool = helper_pool(settings.parse_processes) if settings.parse_processes > 0 else None
     if pool is not None:  # start the parser now, not on the first event (seconds of imports)
         await loop.run_in_executor(pool, parse_values, [b"{}"], 2, 1)
+
+    async def feeder() -> None:
+        while True:
+            await batches_q.join()  # the processor took the last batch: gather until now
+            events = await gathered.get()
+            messages = [e.message for e in events]
+            parsed = None
+            if pool is not None:
+                parsed = await loop.run_in_executor(
+                    pool,
+                    parse_values,
+                    [m.value for m in messages],
+                    settings.embedding_dim,
+                    settings.max_outlinks,
+                )
+            await batches_q.put((events, messages, parsed))
 
     async def commit(previous: asyncio.Task | None, batch: Awaitable, events: list, messages: list):
         if previous is not None:
@@ -268,6 +300,7 @@ async def _consume(
         try:
             while True:
                 events, messages, parsed = await batches_q.get()
+                batches_q.task_done()
                 batch = await live.begin(messages, parsed)
                 task = asyncio.create_task(commit(previous, batch, events, messages))
                 if previous is not None:
@@ -279,27 +312,19 @@ async def _consume(
                 with contextlib.suppress(Exception, asyncio.CancelledError):
                     await asyncio.wait_for(asyncio.shield(previous), _COMMIT_ON_STOP_SECONDS)
 
-    task = asyncio.create_task(processor())
+    stages = [asyncio.create_task(feeder()), asyncio.create_task(processor())]
     state["running"] = True
     try:
         async for events in stream.noack_take(settings.batch_size, settings.batch_within_seconds):
-            if task.done():
-                task.result()  # re-raise what stopped the processor
-                raise RuntimeError("the worker's processor stopped")
-            messages = [e.message for e in events]
-            parsed = None
-            if pool is not None:
-                parsed = await loop.run_in_executor(
-                    pool,
-                    parse_values,
-                    [m.value for m in messages],
-                    settings.embedding_dim,
-                    settings.max_outlinks,
-                )
-            await batches_q.put((events, messages, parsed))
+            for stage in stages:
+                if stage.done():
+                    stage.result()  # re-raise what stopped it
+                    raise RuntimeError("the worker's feeder or processor stopped")
+            await gathered.put(events)
     finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+        for stage in stages:
+            stage.cancel()
+        await asyncio.gather(*stages, return_exceptions=True)
         if pool is not None:
             pool.shutdown(wait=False, cancel_futures=True)
 

@@ -83,9 +83,17 @@ class Settings(BaseSettings):
     )
 
     # -- processing ----------------------------------------------------------------------------
-    batch_size: int = Field(2000, ge=1, description="Events per micro-batch (stream.take).")
+    batch_size: int = Field(
+        2000,
+        ge=1,
+        description="Most events per micro-batch: a batch is what arrived while the previous"
+        " one was processed, up to this many.",
+    )
     batch_within_seconds: float = Field(
-        0.05, gt=0, description="Longest wait to fill a batch (bounds latency at low rates)."
+        0.05,
+        gt=0,
+        description="Longest wait to fill a chunk (stream.take) for an idle worker (bounds"
+        " latency at low rates).",
     )
     parse_processes: int = Field(
         1, ge=0, description="Parser processes per worker (0: parse in the worker process)."
