@@ -203,6 +203,12 @@ def main() -> None:
     ap.add_argument(
         "--batch-size", type=int, default=None, help="the workers' batch_size (default: settings)"
     )
+    ap.add_argument(
+        "--parse-processes",
+        type=int,
+        default=None,
+        help="the workers' parse_processes (default: settings)",
+    )
     ap.add_argument("--latency-seconds", type=float, default=30.0, help="0: skip the latency phase")
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument(
@@ -239,7 +245,9 @@ def main() -> None:
     try:
         bootstrap = f"127.0.0.1:{port}"
         for n in [int(x) for x in args.workers.split(",") if x.strip()]:
-            extra = {} if args.batch_size is None else {"batch_size": args.batch_size}
+            extra: dict = {} if args.batch_size is None else {"batch_size": args.batch_size}
+            if args.parse_processes is not None:
+                extra["parse_processes"] = args.parse_processes
             r = drain(bootstrap, events, n_events, n, tmp, client, **extra)
             results["runs"].append(r)
             print(orjson.dumps(r).decode(), flush=True)

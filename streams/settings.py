@@ -96,7 +96,11 @@ class Settings(BaseSettings):
         " latency at low rates).",
     )
     parse_processes: int = Field(
-        1, ge=0, description="Parser processes per worker (0: parse in the worker process)."
+        0,
+        ge=0,
+        description="Parser processes per worker (0: parse in the worker process). One helps"
+        " only when the worker has a core to spare: shipping events to it costs the worker"
+        " nearly what parsing them does.",
     )
     scorer: str = DEFAULT_SCORER
     history: int = Field(DEFAULT_HISTORY, ge=1)

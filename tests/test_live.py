@@ -190,7 +190,8 @@ def test_parity_with_embedded_replay(
 
 
 def test_malformed_events_go_to_dead_letter(broker, redis_client, prefix, workers):
-    settings = worker_settings(broker, prefix, batch_size=10)
+    # A parser process (not the default): rejects found there still reach the dead-letter topic.
+    settings = worker_settings(broker, prefix, batch_size=10, parse_processes=1)
     ensure_topics(settings)
     good = [
         orjson.dumps(
@@ -296,7 +297,7 @@ def test_two_workers_share_partitions_and_take_over(
     broker, redis_client, prefix, crawl_file, expected, workers
 ):
     _, store = expected
-    settings = worker_settings(broker, prefix, batch_size=20, topic_partitions=2)
+    settings = worker_settings(broker, prefix, batch_size=20, topic_partitions=2, parse_processes=1)
     ensure_topics(settings)
     a = workers(settings.model_copy(update={"worker_id": "a"}), "a")
     b = workers(settings.model_copy(update={"worker_id": "b", "web_port": free_port()}), "b")
