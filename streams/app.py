@@ -2,10 +2,10 @@
 
 * agent ``fetched-pages`` over the fetched-page topic (the consumer group ``settings.app_id``):
   adaptive micro-batches (what arrived while the last batch was processed, up to
-  ``batch_size``; chunks from ``stream.noack_take`` come within ``batch_within_seconds``),
-  parsed in a parser process while the previous batch is processed, go to
-  `streams.live.LiveProcessor`; the records are acked (and so committed) only after their
-  batch is fully processed, published and written to Redis;
+  ``batch_size``; chunks from ``stream.noack_take`` come within ``batch_within_seconds``) go
+  to `streams.live.LiveProcessor` (parsed there, or with ``parse_processes`` > 0 in a parser
+  process while the previous batch is processed); the records are acked (and so committed)
+  only after their batch is fully processed, published and written to Redis;
 * task ``embeddings-replica``: an aiokafka consumer with no group that reads every partition of
   the embeddings topic from the beginning and keeps this worker's FAISS replica current; the
   agent starts only once the replica has caught up with the topic's end at start-up;
@@ -255,8 +255,9 @@ async def _consume(
        came within ``batch_within_seconds``; ``take`` itself would ack a chunk as soon as its
        loop body returns) in a `BatchGatherer`.
     2. The feeder waits until the processor has taken its last batch, then takes everything
-       gathered meanwhile (up to ``batch_size``) as the next batch and parses it in a parser
-       process. An idle worker so handles a chunk as soon as it comes; a busy one handles
+       gathered meanwhile (up to ``batch_size``) as the next batch (and, with
+       ``parse_processes`` > 0, parses it in a parser process; otherwise `LiveProcessor.begin`
+       parses it). An idle worker so handles a chunk as soon as it comes; a busy one handles
        the backlog that built up during its last batch in one go (see `streams.batching`).
     3. The processor runs each parsed batch through `LiveProcessor.begin` and acks its events,
        in order, only after its commit: no offset is committed past an event that was not
