@@ -14,8 +14,8 @@ FROM ${PYTHON_IMAGE} AS build
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PYTHONDONTWRITEBYTECODE=1
-# A compiler for lookaround's own compiled kernels (online/kernels.pyx) and the rare dependency
-# without a wheel; it stays in this stage.
+# A compiler for lookaround's own compiled extensions (online/kernels.pyx, online/fastparse.pyx,
+# streams/partitioner.pyx) and the rare dependency without a wheel; it stays in this stage.
 RUN apt-get update \
     && apt-get install -y --no-install-recommends build-essential \
     && rm -rf /var/lib/apt/lists/*

@@ -35,7 +35,9 @@ import numpy as np
 import pandas as pd
 
 from batch.evaluate import targets
+from batch.reader import read_batches
 from online.embedding import HashingTextEmbedder
+from online.errors import InputError
 from online.events import DEFAULT_EMBEDDING_DIM
 from online.features import FEATURE_SETS, feature_names
 
@@ -117,7 +119,7 @@ def add_semantic_columns(
     """``df`` with ``sem_0 .. sem_{components-1}``: each fetch's embedding, reduced by PCA.
 
     The events file (JSON Lines, .gz allowed) is read the way the replay reads it
-    (`streams.reader.read_batches`: same validation and URL normalisation), and each fetch's
+    (`batch.reader.read_batches`: same validation and URL normalisation), and each fetch's
     vector is the pipeline's: the event's ``embedding`` as a unit vector when present, else
     `HashingTextEmbedder` (``embedding_dim``) on its ``text``, else none. Rows are joined on
     (normalised url, fetched_at in ms); a repeated (url, time) keeps its first event, as the
@@ -130,8 +132,6 @@ def add_semantic_columns(
     (fewer vectors than ``components``) are NaN, so the columns are the same for any run.
     """
     from sklearn.decomposition import PCA
-
-    from streams.reader import read_batches
 
     if components < 1:
         raise ValueError(f"components must be >= 1, got {components}")
@@ -186,9 +186,11 @@ def split_by_time(
     if at is None:
         crawls = np.sort(rows["crawl"].unique())
         if holdout_crawls < 1 or len(crawls) <= holdout_crawls:
-            raise ValueError(
-                f"need more than {holdout_crawls} labelled crawls to hold some out; "
-                f"have {len(crawls)}"
+            raise InputError(
+                f"need more than {holdout_crawls} labelled crawl(s) to hold {holdout_crawls} "
+                f"out and train on the rest; the run has {len(crawls)} (a fetch is labelled by "
+                "its page's next fetch, so a crawl of C rounds has C - 1): replay a crawl "
+                "with more rounds, or hold fewer out (--holdout-crawls)"
             )
         test_mask = rows["crawl"] >= crawls[-holdout_crawls]
         at = rows.loc[test_mask, "fetched_at"].min()

@@ -43,9 +43,11 @@ from batch.metrics import (
     spearman,
     yield_at_budget,
 )
+from batch.rundir import FEATURES_FILE
 from online.features import feature_names
-from online.scoring import LEARNED, Scores, get_scorer
-from streams.rundir import FEATURES_FILE
+from online.ranking import significant
+from online.scorers import LEARNED, get_scorer
+from online.scoring import Scores
 
 __all__ = [
     "DEFAULT_SCORERS",
@@ -113,9 +115,9 @@ class Prediction:
         return Prediction(self.score[idx], sub(self.p_new), sub(self.internal), sub(self.external))
 
     def count(self, side: str) -> np.ndarray | None:
-        if side == "total":
+        if side == "total":  # float noise of the sum must not split equal estimates' ties
             both = self.internal is not None and self.external is not None
-            return self.internal + self.external if both else None  # type: ignore[operator]
+            return significant(self.internal + self.external, 9) if both else None  # type: ignore[operator]
         return self.internal if side == "internal" else self.external
 
 

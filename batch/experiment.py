@@ -25,8 +25,6 @@ so that the whole report takes minutes on two cores.
 
 from __future__ import annotations
 
-import base64
-import html
 import json
 import time
 from collections.abc import Callable, Sequence
@@ -63,9 +61,9 @@ from batch.metrics import (
     yield_at_budget,
 )
 from batch.models import LinkModel, calibration_table, permutation_importances
-from batch.report import _CSS, _curve_figure, _html_table, _md_table, _save, format_value
+from batch.report import _curve_figure, _save, format_value, render_document
+from batch.rundir import SUMMARY_FILE
 from batch.train import model_prediction
-from streams.rundir import SUMMARY_FILE
 
 __all__ = [
     "ExperimentConfig",
@@ -520,7 +518,10 @@ def run_experiment(
     )
 
     sections = _sections(tables, split_info, config, best)
-    md, ht = _render(sections, plots, pngs)
+    figures = [(n, _PLOT_TEXT[n], plots[n], pngs[n]) for n in plots]
+    md, ht = render_document(
+        "lookaround experiments (paper reproduction, held-out crawls)", sections, figures
+    )
     markdown, html_path = out / "experiment.md", out / "experiment.html"
     markdown.write_text(md, encoding="utf-8")
     html_path.write_text(ht, encoding="utf-8")
@@ -658,29 +659,3 @@ _PLOT_TEXT = {
     "P(no new link) (bottom), predicted vs observed; dotted: perfect.",
     "importance": "Permutation importance of the best model.",
 }
-
-
-def _render(
-    sections: list[tuple[str, str, list[str], list[list[str]]]],
-    plots: dict[str, Path],
-    pngs: dict[str, bytes],
-) -> tuple[str, str]:
-    title = "lookaround experiments (paper reproduction, held-out crawls)"
-    md = [f"# {title}", ""]
-    ht = [
-        "<!doctype html><html><head><meta charset='utf-8'>",
-        f"<title>{html.escape(title)}</title><style>{_CSS}</style></head><body>",
-        f"<h1>{html.escape(title)}</h1>",
-    ]
-    for heading, text, header, rows in sections:
-        md += [f"## {heading}", "", text, "", _md_table(header, rows), ""]
-        ht += [f"<h2>{html.escape(heading)}</h2>", f"<p>{html.escape(text)}</p>"]
-        ht.append(_html_table(header, rows))
-    md += ["## Plots", ""]
-    ht.append("<h2>Plots</h2>")
-    for name, path in plots.items():
-        uri = "data:image/png;base64," + base64.b64encode(pngs[name]).decode("ascii")
-        md += [_PLOT_TEXT[name], "", f"![{name}](plots/{path.name})", ""]
-        ht += [f"<p>{html.escape(_PLOT_TEXT[name])}</p>", f"<img alt='{name}' src='{uri}'>"]
-    ht.append("</body></html>")
-    return "\n".join(md), "\n".join(ht)

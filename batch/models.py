@@ -55,6 +55,7 @@ from sklearn.ensemble import (
 from threadpoolctl import threadpool_limits
 
 from batch.datasets import DEFAULT_FEATURE_SET, TrainingSet, training_set
+from online.errors import InputError
 
 __all__ = [
     "KINDS",
@@ -67,14 +68,14 @@ __all__ = [
 
 KINDS = ("extratrees", "ngboost", "hgb", "negbin", "hurdle")
 #: What `lookaround train` registers by default: the hurdle model ties ExtraTrees on a
-#: generated crawl's held-out yield@10% (0.7465 vs 0.7470), leads on S (0.453 vs 0.264) and is
-#: the best calibrated count model (held-out log-likelihood -0.97 vs Poisson ExtraTrees -1.72).
+#: generated crawl's held-out yield@10%, leads on the real site S and is the best calibrated
+#: count model by held-out log-likelihood (`lookaround experiment`; docs/models.md).
 DEFAULT_KIND = "hurdle"
 SIDES = ("internal", "external")
 _EPS = 1e-9
 _MU_FLOOR = 1e-6
 #: Below this many rows the gradient boosters run on one OpenMP thread: on a small or busy
-#: machine OpenMP's spinning threads made a 1,500-row HGB fit take 111 s instead of 0.5 s.
+#: machine OpenMP's spinning threads can make a small fit hundreds of times slower.
 OPENMP_MIN_ROWS = 20_000
 
 
@@ -215,6 +216,7 @@ class LinkModel(BaseEstimator):
         min_samples_leaf: int | None = None,
         max_features: float | str | None = 0.3,
         nl_min_samples_leaf: tuple[int, int] = (3, 10),
+        classifiers: bool = True,
         learning_rate: float | None = None,
         max_rows: int | None = None,
         dispersion_fraction: float = 0.2,
@@ -227,6 +229,7 @@ class LinkModel(BaseEstimator):
         self.min_samples_leaf = min_samples_leaf
         self.max_features = max_features
         self.nl_min_samples_leaf = nl_min_samples_leaf
+        self.classifiers = classifiers
         self.learning_rate = learning_rate
         self.max_rows = max_rows
         self.dispersion_fraction = dispersion_fraction
@@ -261,7 +264,10 @@ class LinkModel(BaseEstimator):
         if len(feature_names) != X.shape[1]:
             raise ValueError(f"{X.shape[1]} columns but {len(feature_names)} feature names")
         if len(X) == 0:
-            raise ValueError("no rows to fit on")
+            raise InputError(
+                "no labelled rows to fit on (a fetch is labelled by its page's next fetch): "
+                "train on the run of a crawl with more rounds"
+            )
         rng = np.random.default_rng(self.random_state)
         max_rows = self.max_rows
         if max_rows is None and self.kind == "ngboost":
@@ -322,6 +328,8 @@ class LinkModel(BaseEstimator):
         )
         self.regressor_ = ExtraTreesRegressor(**common).fit(Xf, Y)
         self.classifiers_ = []
+        if not self.classifiers:  # P(>= 1) from the Poisson of the mean (a lighter model)
+            return
         for s in range(2):
             positive = Y[:, s] > 0
             if positive.all() or not positive.any():
@@ -453,6 +461,17 @@ class LinkModel(BaseEstimator):
         Xi = self._filled(X) if self.kind == "ngboost" else self._native(X)
         return np.column_stack([np.maximum(r.predict(Xi), 0.0) for r in self.regressors_])
 
+    def expected(self, X: np.ndarray) -> np.ndarray:
+        """(n, 2) expected new internal / external outlinks in an interval of
+        ``interval_days_`` (what `predict` gives as ``internal`` / ``external``, without the
+        probabilities and spreads)."""
+        X = self._check(X)
+        with _openmp(len(X), self.n_jobs):
+            m = self._means(X)
+            if self.kind == "hurdle":
+                return self._positive_p(X) * (1.0 + m)
+            return m
+
     def _positive_p(self, X: np.ndarray) -> np.ndarray:
         """(n, 2) calibrated P(y > 0) from the classifiers (extratrees, hgb, hurdle)."""
         Xi = self._filled(X) if self.kind == "extratrees" else self._native(X)
@@ -491,7 +510,7 @@ class LinkModel(BaseEstimator):
         if self.kind == "ngboost":
             p = 1.0 - np.exp(-m)
             return CountPrediction(m[:, 0], m[:, 1], p[:, 0], p[:, 1], np.sqrt(m.sum(1)))
-        p = self._positive_p(X)
+        p = self._positive_p(X) if self.classifiers_ else 1.0 - np.exp(-m)
         if self.kind == "extratrees":
             Xf = self._filled(X)
             totals = np.stack([t.predict(Xf).sum(axis=1) for t in self.regressor_.estimators_])

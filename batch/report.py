@@ -42,7 +42,8 @@ from batch.evaluate import (
     targets,
 )
 from batch.metrics import PERCENTS, Ranked, precision_at_k, yield_at_budget
-from streams.rundir import SUMMARY_FILE
+from batch.rundir import SUMMARY_FILE
+from online.errors import InputError
 
 __all__ = [
     "HEADLINE_COLUMNS",
@@ -50,6 +51,7 @@ __all__ = [
     "ReportResult",
     "format_value",
     "headline_rows",
+    "render_document",
     "write_report",
 ]
 
@@ -441,31 +443,37 @@ _CSS = (
 )
 
 
-def _render(
-    sections: list[tuple[str, str, list[str], list[list[str]]]],
-    plots: dict[str, Path],
-    pngs: dict[str, bytes],
+def render_document(
+    title: str,
+    sections: Sequence[tuple[str, str, Sequence[str], Sequence[Sequence[str]]]],
+    figures: Sequence[tuple[str, str, Path, bytes]],
+    definitions: Sequence[str] = (),
 ) -> tuple[str, str]:
-    md = ["# lookaround evaluation report", ""]
+    """A report as (markdown, self-contained HTML): ``sections`` are (heading, text, table
+    header, table rows), then the ``definitions`` paragraphs, then ``figures`` as (name,
+    caption, PNG path, PNG bytes), inlined as data URIs in the HTML."""
+    md = [f"# {title}", ""]
     ht = [
         "<!doctype html><html><head><meta charset='utf-8'>",
-        f"<title>lookaround evaluation report</title><style>{_CSS}</style></head><body>",
-        "<h1>lookaround evaluation report</h1>",
+        f"<title>{html.escape(title)}</title><style>{_CSS}</style></head><body>",
+        f"<h1>{html.escape(title)}</h1>",
     ]
-    for title, text, header, rows in sections:
-        md += [f"## {title}", "", text, "", _md_table(header, rows), ""]
-        ht += [f"<h2>{html.escape(title)}</h2>", f"<p>{html.escape(text)}</p>"]
+    for heading, text, header, rows in sections:
+        md += [f"## {heading}", "", text, "", _md_table(header, rows), ""]
+        ht += [f"<h2>{html.escape(heading)}</h2>", f"<p>{html.escape(text)}</p>"]
         ht.append(_html_table(header, rows))
-    md += ["## Definitions", "", PRECISION_TEXT, "", YIELD_TEXT, "", "## Plots", ""]
-    ht += [
-        "<h2>Definitions</h2>",
-        f"<p>{html.escape(PRECISION_TEXT)}</p><p>{html.escape(YIELD_TEXT)}</p>",
-        "<h2>Plots</h2>",
-    ]
-    for name, path in plots.items():
-        uri = "data:image/png;base64," + base64.b64encode(pngs[name]).decode("ascii")
-        md += [_PLOT_TEXT[name], "", f"![{name}](plots/{path.name})", ""]
-        ht += [f"<p>{html.escape(_PLOT_TEXT[name])}</p>", f"<img alt='{name}' src='{uri}'>"]
+    if definitions:
+        md += ["## Definitions", ""]
+        ht.append("<h2>Definitions</h2>")
+        for paragraph in definitions:
+            md += [paragraph, ""]
+            ht.append(f"<p>{html.escape(paragraph)}</p>")
+    md += ["## Plots", ""]
+    ht.append("<h2>Plots</h2>")
+    for name, caption, path, png in figures:
+        uri = "data:image/png;base64," + base64.b64encode(png).decode("ascii")
+        md += [caption, "", f"![{name}](plots/{path.name})", ""]
+        ht += [f"<p>{html.escape(caption)}</p>", f"<img alt='{name}' src='{uri}'>"]
     ht.append("</body></html>")
     return "\n".join(md), "\n".join(ht)
 
@@ -479,6 +487,13 @@ def write_report(run_dir: Path, scorers: Sequence[str] = DEFAULT_SCORERS) -> Rep
     rankings = [*scorers, "random", "oracle"]
 
     df = load_rows(run_dir).reset_index(drop=True)
+    if not df["label_new_internal"].notna().any():
+        pages = df["page_id"].nunique() if len(df) else 0
+        raise InputError(
+            f"{run_dir} has no labelled rows to judge a ranking on ({len(df):,} fetches of "
+            f"{pages:,} pages): a fetch is labelled by its page's next fetch, so replay a "
+            "crawl that fetches pages at least twice"
+        )
     table = evaluate_rounds(df, scorers)
     evaluation_csv = run_dir / "evaluation.csv"
     summary_csv = run_dir / "summary_metrics.csv"
@@ -511,7 +526,10 @@ def write_report(run_dir: Path, scorers: Sequence[str] = DEFAULT_SCORERS) -> Rep
 
     summary_items = _data_summary(df, len(rows), run_dir)
     sections = _sections(run_dir, headline, summary_items, weekly, rounds, no_new)
-    md, ht = _render(sections, plots, pngs)
+    figures_out = [(n, _PLOT_TEXT[n], plots[n], pngs[n]) for n in plots]
+    md, ht = render_document(
+        "lookaround evaluation report", sections, figures_out, (PRECISION_TEXT, YIELD_TEXT)
+    )
     markdown, html_path = run_dir / "report.md", run_dir / "report.html"
     markdown.write_text(md, encoding="utf-8")
     html_path.write_text(ht, encoding="utf-8")

@@ -22,7 +22,7 @@ def main() -> None:
         event = parse_event(
             {
                 "url": "https://www.site.org/section/",
-                "fetched_at": week * 7 * 86_400,
+                "fetched_at": 1_767_225_600 + week * 7 * 86_400,  # from 2026-01-01
                 "outlinks": links,
                 "content_size": 50_000 + week,
                 "text_size": 8_000,

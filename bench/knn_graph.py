@@ -39,7 +39,8 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from online.index import DEFAULT_GRAPH_NPROBE, default_nlist, knn_graph, recall_at_k
+from batch.knn_graph import DEFAULT_GRAPH_NPROBE, knn_graph
+from online.index import default_nlist, recall_at_k
 
 FLOOR_SECONDS = 120.0
 FLOOR_RECALL = 0.95

@@ -4,21 +4,71 @@ Generates (or reuses) a 100,000-page × 10-crawl crawl with embeddings, replays 
 the embedded pipeline and prints events/s and the ratio to the floor. The generation time is
 not part of the figure.
 
+``--refresh-ratio`` replays the crawl with the learned scorer (the default, ``ensemble``)
+with its batch model refreshed as the stream goes on and not, alternated ``--repeat`` times, and
+prints the median ratios of the two throughputs, in events/s and in events per CPU-second
+(floor 0.8).
+
     python bench/replay_throughput.py [--pages 100000] [--crawls 10] [--events FILE]
+    python bench/replay_throughput.py --refresh-ratio --events FILE
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import resource
+import statistics
 import tempfile
 import time
 from pathlib import Path
 
 from batch.generate import GeneratorConfig, write_events
+from online.scorers import DEFAULT_SCORER
 from streams.replay import replay
 
 FLOOR = 10_000.0
+REFRESH_FLOOR = 0.8
+
+
+def _cpu_seconds() -> float:
+    """CPU seconds of this process (all its threads) and its finished children."""
+    own, children = (
+        resource.getrusage(resource.RUSAGE_SELF),
+        resource.getrusage(resource.RUSAGE_CHILDREN),
+    )
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def refresh_ratio(events: Path, work: Path, batch_size: int, repeat: int) -> None:
+    """The default scorer with and without refreshes, alternated ``repeat`` times: the median
+    ratio of wall-clock events/s, and of events per CPU-second (what other jobs on the machine
+    do not move)."""
+    wall: dict[bool, list[float]] = {False: [], True: []}
+    cpu: dict[bool, list[float]] = {False: [], True: []}
+    for round_ in range(repeat):
+        for refresh in (False, True):
+            before = _cpu_seconds()
+            summary = replay(
+                events, work / f"run-{refresh}-{round_}", batch_size=batch_size, refresh=refresh
+            )
+            spent = _cpu_seconds() - before
+            wall[refresh].append(summary.events_read / summary.seconds)
+            cpu[refresh].append(summary.events_read / spent)
+            print(
+                f"{DEFAULT_SCORER}, refreshes {'on' if refresh else 'off'}: "
+                f"{wall[refresh][-1]:,.0f} events/s ({summary.seconds:.0f} s), "
+                f"{cpu[refresh][-1]:,.0f} events per CPU-second"
+                + (f", {len(summary.batch_models)} batch models" if refresh else ""),
+                flush=True,
+            )
+    ratios = [on / off for on, off in zip(wall[True], wall[False], strict=True)]
+    cpu_ratios = [on / off for on, off in zip(cpu[True], cpu[False], strict=True)]
+    print(
+        f"with refreshes / without: {statistics.median(ratios):.2f} events/s, "
+        f"{statistics.median(cpu_ratios):.2f} events per CPU-second "
+        f"(medians of {repeat}; floor {REFRESH_FLOOR})"
+    )
 
 
 def main() -> None:
@@ -28,6 +78,12 @@ def main() -> None:
     parser.add_argument("--events", type=Path, help="reuse this events file")
     parser.add_argument("--scorer", default="lbla")
     parser.add_argument("--batch-size", type=int, default=1000)
+    parser.add_argument(
+        "--refresh-ratio",
+        action="store_true",
+        help="the default scorer with and without its batch-model refreshes",
+    )
+    parser.add_argument("--repeat", type=int, default=2, help="rounds of --refresh-ratio")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="lookaround-bench-"))
     events = args.events
@@ -36,6 +92,9 @@ def main() -> None:
         started = time.perf_counter()
         write_events(events, GeneratorConfig(pages=args.pages, crawls=args.crawls, seed=0))
         print(f"generated {events} in {time.perf_counter() - started:.1f} s")
+    if args.refresh_ratio:
+        refresh_ratio(events, work, args.batch_size, args.repeat)
+        return
     summary = replay(events, work / "run", scorer=args.scorer, batch_size=args.batch_size)
     eps = summary.events_read / summary.seconds
     print(

@@ -1,6 +1,6 @@
 """Which scorer should be the default? Yield@10% on held-out crawls, every scorer.
 
-See `batch.scorer_choice` for the procedure. Prints the table, the best scorer and the online
+See `streams.scorer_choice` for the procedure. Prints the table, the best scorer and the online
 learner's share of the batch model's yield.
 
     python bench/scorer_choice.py --pages 10000 --crawls 10
@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from batch.generate import GeneratorConfig, write_events
-from batch.scorer_choice import compare_scorers
+from streams.scorer_choice import compare_scorers
 
 
 def main() -> None:

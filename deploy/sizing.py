@@ -1,4 +1,4 @@
-"""Sizing figures for the README's "Scaling" section, measured on this machine.
+"""Sizing figures for docs/scaling.md, measured on this machine.
 
     python -m deploy.sizing index [--pages 200000]            # FAISS replica bytes per page
     python -m deploy.sizing live [--pages 5000 --crawls 4 --workers 1]

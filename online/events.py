@@ -22,10 +22,11 @@ from __future__ import annotations
 import math
 import operator
 import struct
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import orjson
@@ -46,7 +47,60 @@ from online.links import InvalidURL, LinkInfo, canonical_summary, link_info
 
 DEFAULT_EMBEDDING_DIM = 192
 DEFAULT_MAX_OUTLINKS = 100_000
+DEFAULT_MAX_URL_LENGTH = 8192
+#: Largest event accepted, in bytes of JSON: under the 1 MiB a Kafka producer sends by default,
+#: and 10x the largest event of the data sets in ../shared.
+DEFAULT_MAX_EVENT_BYTES = 1_000_000
+#: 1990-01-01T00:00:00Z: no web page was fetched before it.
+DEFAULT_EARLIEST_FETCH = 631152000.0
+#: A fetch time may lie at most this far after the clock of the process that reads it.
+DEFAULT_MAX_AHEAD_SECONDS = 86400.0
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
+_INT64 = (-(2**63), 2**63 - 1)
+
+#: The accepted range of every numeric field, inclusive: a value outside it is rejected naming
+#: the field and the bound. The ranges are far beyond any real page and far inside what float32
+#: page state and float64 features hold, so no accepted value can overflow a feature, a model
+#: or a score (sizes of a terabyte, 10^12 inlinks, ranks and quality of magnitude 10^6).
+NUMBER_BOUNDS: dict[str, tuple[float, float]] = {
+    "content_size": (0, 1e12),
+    "text_size": (0, 1e12),
+    "text_quality": (-1e6, 1e6),
+    "inlinks_internal": (0, 1e12),
+    "inlinks_external": (0, 1e12),
+    "pagerank": (-1e6, 1e6),
+    "trustrank": (-1e6, 1e6),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class EventLimits:
+    """The configurable limits of the contract (settings ``max_url_length``,
+    ``earliest_fetch``, ``max_fetch_ahead_seconds``, ``max_event_bytes``).
+
+    An event (JSON text) longer than ``max_event_bytes`` is rejected whole (field ``$``).
+    ``fetched_at`` must lie in [``earliest``, the reader's clock + ``max_ahead_seconds``]
+    (epoch seconds); the page URL may have at most ``max_url_length`` characters (a longer
+    outlink is dropped and counted as malformed).
+    """
+
+    max_url_length: int = DEFAULT_MAX_URL_LENGTH
+    earliest: float = DEFAULT_EARLIEST_FETCH
+    max_ahead_seconds: float = DEFAULT_MAX_AHEAD_SECONDS
+    max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES
+
+    def latest(self) -> float:
+        """The latest fetch time accepted now (epoch seconds)."""
+        return time.time() + self.max_ahead_seconds
+
+
+DEFAULT_LIMITS = EventLimits()
+
+
+def _range(name: str) -> dict[str, float]:
+    """A field's bounds as pydantic constraints (so the JSON Schema shows them too)."""
+    low, high = NUMBER_BOUNDS[name]
+    return {"ge": low, "le": high}
 
 
 class EventError(ValueError):
@@ -71,20 +125,31 @@ class FetchedPage(BaseModel):
         description="Absolute URLs the page links to (may be empty); malformed entries are "
         "dropped and counted, duplicates collapse."
     )
-    status: int = Field(200, ge=100, le=599, description="HTTP status; non-2xx keeps link history.")
-    content_size: int | None = Field(None, ge=0, description="Bytes of the fetched content.")
-    text_size: int | None = Field(None, ge=0, description="Characters of extracted text.")
-    text_quality: float | None = Field(None, description="Text quality score, any finite float.")
+    status: int = Field(
+        200, ge=100, le=599, strict=True, description="HTTP status (a JSON integer)."
+    )
+    content_size: int | None = Field(None, **_range("content_size"), description="Bytes.")
+    text_size: int | None = Field(
+        None, **_range("text_size"), description="Characters of extracted text."
+    )
+    text_quality: float | None = Field(
+        None, **_range("text_quality"), description="Text quality score."
+    )
     content_digest: str | None = Field(None, description="Digest of the content without links.")
     embedding: list[float] | None = Field(
         None, description="Semantic vector of the page; dimension fixed per deployment."
     )
     text: str | None = Field(None, description="Page text, embedded when no embedding is given.")
-    inlinks_internal: int | None = Field(None, ge=0)
-    inlinks_external: int | None = Field(None, ge=0)
-    pagerank: float | None = None
-    trustrank: float | None = None
-    crawl: int | None = Field(None, description="Crawl round, passed through for evaluation.")
+    inlinks_internal: int | None = Field(None, **_range("inlinks_internal"))
+    inlinks_external: int | None = Field(None, **_range("inlinks_external"))
+    pagerank: float | None = Field(None, **_range("pagerank"))
+    trustrank: float | None = Field(None, **_range("trustrank"))
+    crawl: int | None = Field(
+        None,
+        ge=_INT64[0],
+        le=_INT64[1],
+        description="Crawl round, passed through for evaluation (a 64-bit integer).",
+    )
 
     _dropped_outlinks: int = PrivateAttr(default=0)
     _link_summary: tuple[dict[int, bool], int] | None = PrivateAttr(default=None)
@@ -119,9 +184,12 @@ class FetchedPage(BaseModel):
 
     @field_validator("url", mode="before")
     @classmethod
-    def _normalise_url(cls, value: Any) -> str:
+    def _normalise_url(cls, value: Any, info: ValidationInfo) -> str:
         if not isinstance(value, str):
             raise ValueError(f"expected a string, got {type(value).__name__}")
+        limit = _limits(info).max_url_length
+        if len(value) > limit:
+            raise ValueError(f"{len(value):,} characters, more than the maximum of {limit:,}")
         try:
             return link_info(value).url
         except InvalidURL as exc:
@@ -129,10 +197,19 @@ class FetchedPage(BaseModel):
 
     @field_validator("fetched_at", mode="after")
     @classmethod
-    def _aware_utc(cls, value: datetime) -> datetime:
-        if value.tzinfo is None:
-            return value.replace(tzinfo=UTC)
-        return value.astimezone(UTC)
+    def _aware_utc(cls, value: datetime, info: ValidationInfo) -> datetime:
+        try:
+            value = value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+            stamp = value.timestamp()
+        except (OverflowError, ValueError):  # e.g. 0001-01-01T00:00:00+01:00 is year 0 in UTC
+            limits = _limits(info)
+            if value.year < 2000:
+                earliest = _iso(limits.earliest)
+                why = f"{value.isoformat()} is before the earliest accepted {earliest}"
+                raise ValueError(why) from None
+            raise ValueError(_future(value.isoformat(), limits)) from None
+        _check_time(stamp, _limits(info))
+        return value
 
     @field_validator("fetched_at", mode="before")
     @classmethod
@@ -156,7 +233,7 @@ class FetchedPage(BaseModel):
             raise ValueError(f"{len(value)} outlinks, more than the maximum of {limit}")
         page_url = info.data.get("url")
         page = link_info(page_url) if page_url is not None else None
-        kept, context["dropped_outlinks"] = _collect_links(value)
+        kept, context["dropped_outlinks"] = _collect_links(value, _limits(info).max_url_length)
         context["links"] = _summarise_links(page, kept.values())
         return list(kept)
 
@@ -173,12 +250,69 @@ class FetchedPage(BaseModel):
         context["vector"] = _checked_vector(value, dim)
         return value if isinstance(value, list) else list(value)
 
-    @field_validator("text_quality", "pagerank", "trustrank", mode="after")
+    @field_validator("status", mode="before")
     @classmethod
-    def _finite(cls, value: float | None) -> float | None:
-        if value is not None and not math.isfinite(value):
-            raise ValueError("must be finite")
+    def _an_integer(cls, value: Any) -> Any:
+        """A JSON integer: ``"200"``, ``200.0`` or ``true`` is a producer's mistake."""
+        if type(value) is not int:
+            raise ValueError(f"expected an integer, got {type(value).__name__}")
         return value
+
+    @field_validator(*NUMBER_BOUNDS, "crawl", mode="before")
+    @classmethod
+    def _a_number(cls, value: Any, info: ValidationInfo) -> Any:
+        """Numbers only: ``"12"`` or ``true`` is a mistake in the producer, not a count; and a
+        number outside its range is named with the range, whatever its type."""
+        if isinstance(value, str | bool):
+            raise ValueError(f"expected a number, got {type(value).__name__}")
+        bounds = NUMBER_BOUNDS.get(info.field_name or "")
+        if bounds is not None and isinstance(value, int | float):
+            _check_range(value, bounds)
+        return value
+
+    @field_validator(*NUMBER_BOUNDS, mode="after")
+    @classmethod
+    def _bounded(cls, value: float | None, info: ValidationInfo) -> float | None:
+        if value is None:
+            return value
+        _check_range(value, NUMBER_BOUNDS[info.field_name or ""])
+        return value
+
+
+def _check_range(value: float, bounds: tuple[float, float]) -> None:
+    if not math.isfinite(value):
+        raise ValueError("must be finite")
+    low, high = bounds
+    if not low <= value <= high:
+        raise ValueError(f"{value!r} is outside the accepted range [{low:g}, {high:g}]")
+
+
+def _limits(info: ValidationInfo) -> EventLimits:
+    context = info.context if info.context is not None else {}
+    return context.get("limits", DEFAULT_LIMITS)
+
+
+def _check_time(stamp: float, limits: EventLimits) -> None:
+    """Raise ValueError unless ``stamp`` lies in the accepted window of fetch times."""
+    if stamp < limits.earliest:
+        raise ValueError(f"{_iso(stamp)} is before the earliest accepted {_iso(limits.earliest)}")
+    latest = limits.latest()
+    if stamp > latest:
+        raise ValueError(_future(_iso(stamp), limits))
+
+
+def _future(when: str, limits: EventLimits) -> str:
+    return (
+        f"{when} is in the future: more than {limits.max_ahead_seconds:g} s after the clock "
+        "of the process reading it"
+    )
+
+
+def _iso(stamp: float) -> str:
+    try:
+        return datetime.fromtimestamp(stamp, UTC).isoformat().replace("+00:00", "Z")
+    except (OverflowError, ValueError, OSError):
+        return f"{stamp:g} s from the epoch"
 
 
 def parse_event(
@@ -186,9 +320,14 @@ def parse_event(
     *,
     embedding_dim: int = DEFAULT_EMBEDDING_DIM,
     max_outlinks: int = DEFAULT_MAX_OUTLINKS,
+    limits: EventLimits = DEFAULT_LIMITS,
 ) -> FetchedPage:
     """Validate one event (JSON bytes/text or a mapping). Raises EventError naming the field."""
-    context: dict[str, Any] = {"embedding_dim": embedding_dim, "max_outlinks": max_outlinks}
+    context: dict[str, Any] = {
+        "embedding_dim": embedding_dim,
+        "max_outlinks": max_outlinks,
+        "limits": limits,
+    }
     try:
         if isinstance(raw, Mapping):
             event = FetchedPage.model_validate(raw, context=context)
@@ -290,10 +429,17 @@ def fetches_from_columns(columns: tuple[tuple, ...]) -> list[Fetch]:
 
 
 def _checked_vector(value: list | tuple, dim: int) -> np.ndarray:
-    """The embedding as float32 after the contract's checks; raises ValueError with the reason."""
+    """The embedding as float32 after the contract's checks; raises ValueError with the reason.
+
+    Only JSON numbers count: a string or a boolean is rejected, not converted, and a nested
+    list is named as such (its outer length could otherwise pass for the dimension)."""
+    for at, item in enumerate(value):
+        if type(item) is bool or not isinstance(item, int | float):
+            what = "a nested list" if isinstance(item, list | tuple) else type(item).__name__
+            raise ValueError(f"expected a flat list of numbers, item {at} is {what}")
     try:
         vector = np.asarray(value, dtype=np.float64)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise ValueError("expected a list of numbers") from None
     if vector.shape != (dim,):
         raise ValueError(f"dimension {len(value)}, expected {dim}")
@@ -309,11 +455,17 @@ def _checked_vector(value: list | tuple, dim: int) -> np.ndarray:
     return single
 
 
-def _collect_links(value: list) -> tuple[dict[str, LinkInfo], int]:
-    """(distinct normalised links, first occurrence kept; number of malformed entries)."""
+def _collect_links(
+    value: list, max_length: int = DEFAULT_MAX_URL_LENGTH
+) -> tuple[dict[str, LinkInfo], int]:
+    """(distinct normalised links, first occurrence kept; number of malformed entries, links
+    longer than ``max_length`` characters among them)."""
     kept: dict[str, LinkInfo] = {}
     malformed = 0
     for raw in value:
+        if isinstance(raw, str) and len(raw) > max_length:
+            malformed += 1
+            continue
         try:
             link = link_info(raw)
         except InvalidURL:
@@ -402,6 +554,7 @@ def parse_fetch(
     *,
     embedding_dim: int = DEFAULT_EMBEDDING_DIM,
     max_outlinks: int = DEFAULT_MAX_OUTLINKS,
+    limits: EventLimits = DEFAULT_LIMITS,
 ) -> Fetch:
     """`parse_event` then `prepare`: raw input to the core's record. Raises EventError.
 
@@ -411,15 +564,26 @@ def parse_fetch(
     """
     data: object = raw
     if type(raw) is bytes or not isinstance(raw, Mapping):  # bytes first: no ABC check
+        if len(raw) > limits.max_event_bytes:  # type: ignore[arg-type]
+            size, most = len(raw), limits.max_event_bytes  # type: ignore[arg-type]
+            raise EventError("$", f"{size:,} bytes, more than the maximum of {most:,}")
         try:
             data = orjson.loads(raw)
         except orjson.JSONDecodeError:
             data = None
     if type(data) is dict:
-        fetch = _fast_fetch(data, embedding_dim, max_outlinks)
+        fetch = _fast_fetch(
+            data,
+            embedding_dim,
+            max_outlinks,
+            limits.max_url_length,
+            limits.earliest,
+            limits.latest(),
+        )
         if fetch is not None:
             return fetch
-    return prepare(parse_event(raw, embedding_dim=embedding_dim, max_outlinks=max_outlinks))
+    event = parse_event(raw, embedding_dim=embedding_dim, max_outlinks=max_outlinks, limits=limits)
+    return prepare(event)
 
 
 def _general_links(outlinks: list, page: LinkInfo) -> tuple[bytes, bytes, int, int, int]:
@@ -432,10 +596,18 @@ def _general_links(outlinks: list, page: LinkInfo) -> tuple[bytes, bytes, int, i
     return fps, bytes(map(by_fp.__getitem__, order)), n_internal, len(kept), dropped
 
 
-#: ``_fast_fetch(data, embedding_dim, max_outlinks) -> Fetch | None``: the compiled fast path
-#: (`online.fastparse.FastFetch`). None means "not sure", never "invalid": the caller then
-#: asks `parse_event`. Whatever it accepts equals ``prepare(parse_event(raw))``.
-_fast_fetch = FastFetch(_new_fetch, link_info, canonical_summary, _general_links)
+#: ``_fast_fetch(data, embedding_dim, max_outlinks, max_url_length, earliest, latest) -> Fetch |
+#: None``: the compiled fast path (`online.fastparse.FastFetch`). None means "not sure", never
+#: "invalid": the caller then asks `parse_event`. Whatever it accepts equals
+#: ``prepare(parse_event(raw))``. It declines every number outside `NUMBER_BOUNDS`.
+_fast_fetch = FastFetch(
+    _new_fetch,
+    link_info,
+    canonical_summary,
+    _general_links,
+    tuple(float(NUMBER_BOUNDS[name][0]) for name in FastFetch.number_fields()),
+    tuple(float(NUMBER_BOUNDS[name][1]) for name in FastFetch.number_fields()),
+)
 
 
 def _event_error(exc: ValidationError) -> EventError:
@@ -462,8 +634,17 @@ class ScorerRef(BaseModel):
     )
 
 
+class RelatedTo(BaseModel):
+    """The fetch that announced a related update: a sibling of the page showed new links."""
+
+    url: str = Field(description="The sibling whose fetch showed new links.")
+    fetched_at: datetime = Field(description="That fetch.")
+    new_links: int = Field(ge=1, description="The new outlinks it showed.")
+
+
 class PriorityUpdate(BaseModel):
-    """What lookaround tells the crawler after each accepted fetch."""
+    """What lookaround tells the crawler after each accepted fetch, and (``kind`` related)
+    for a page whose sibling's fetch showed new links."""
 
     model_config = ConfigDict(extra="allow")
 
@@ -499,6 +680,21 @@ class PriorityUpdate(BaseModel):
     scorer: ScorerRef
     crawl: int | None = None
     status: int = 200
+    kind: Literal["fetch", "related"] = Field(
+        "fetch",
+        description="fetch (absent): the update that follows a fetch of this page; related: "
+        "the priority of this page's last fetch (fetched_at) revised because a sibling (a "
+        "translation) showed new links: due at once, with the links expected to wait.",
+    )
+    related_to: RelatedTo | None = Field(
+        None, description="With kind related: the sibling's fetch that announced it."
+    )
+    expected_waiting: float | None = Field(
+        None,
+        ge=0.0,
+        description="With kind related: new outlinks expected to wait at the page because of "
+        "the sibling's (the share that followed such announcements, learned from the stream).",
+    )
 
 
 def utc_now() -> datetime:

@@ -315,14 +315,31 @@ cdef class FastFetch:
     """
 
     cdef object new_fetch, link_info, canonical_summary, general_links
+    cdef double low[7]
+    cdef double high[7]
 
-    def __init__(self, new_fetch, link_info, canonical_summary, general_links):
+    def __init__(self, new_fetch, link_info, canonical_summary, general_links, tuple lows,
+                 tuple highs):
+        """``lows`` / ``highs``: the inclusive range of each of `number_fields`; a number
+        outside it is declined (the validating path names the bound)."""
+        cdef Py_ssize_t i
         self.new_fetch = new_fetch
         self.link_info = link_info
         self.canonical_summary = canonical_summary
         self.general_links = general_links
+        if len(lows) != 7 or len(highs) != 7:
+            raise ValueError("expected 7 lower and 7 upper bounds")
+        for i in range(7):
+            self.low[i] = lows[i]
+            self.high[i] = highs[i]
 
-    def __call__(self, dict data, Py_ssize_t embedding_dim, Py_ssize_t max_outlinks):
+    @staticmethod
+    def number_fields():
+        """The optional page numbers, in the order of the bounds given to the constructor."""
+        return NUMBER_FIELDS
+
+    def __call__(self, dict data, Py_ssize_t embedding_dim, Py_ssize_t max_outlinks,
+                 Py_ssize_t max_url_length, double earliest, double latest):
         cdef object url = _get(data, "url")
         cdef object outlinks = _get(data, "outlinks")
         cdef object crawl = _get(data, "crawl")
@@ -337,7 +354,11 @@ cdef class FastFetch:
         cdef object vector = None
         if not PyUnicode_CheckExact(url) or not _timestamp(_get(data, "fetched_at"), &stamp):
             return None
+        if not earliest <= stamp <= latest or PyUnicode_GET_LENGTH(url) > max_url_length:
+            return None
         if not PyList_CheckExact(outlinks) or PyList_GET_SIZE(outlinks) > max_outlinks:
+            return None
+        if _longest(outlinks) > max_url_length:
             return None
         if not PyLong_CheckExact(status) or not 100 <= status <= 599:
             return None
@@ -351,7 +372,7 @@ cdef class FastFetch:
             return None
         if text is not None and not PyUnicode_CheckExact(text):
             return None
-        numbers = _numbers(data)
+        numbers = _numbers(data, self.low, self.high)
         if numbers is None:
             return None
         if embedding is not None:
@@ -416,9 +437,22 @@ cdef unsigned int _xxh32(object value, unsigned int seed) except? 0:
     return XXH32(data, <size_t> length, seed)
 
 
-cdef list _numbers(dict data):
+cdef Py_ssize_t _longest(list items):
+    """The length of the longest string among ``items`` (other items count 0)."""
+    cdef Py_ssize_t i, n = PyList_GET_SIZE(items), longest = 0, length
+    cdef object item
+    for i in range(n):
+        item = <object> PyList_GET_ITEM(items, i)
+        if PyUnicode_CheckExact(item):
+            length = PyUnicode_GET_LENGTH(item)
+            if length > longest:
+                longest = length
+    return longest
+
+
+cdef list _numbers(dict data, double* low, double* high):
     """The optional page numbers in `Fetch` order rounded to float32 (None where absent), or
-    None if one is not a plain int (counts: >= 0) or finite float."""
+    None if one is not a plain int (counts: >= 0) or finite float within [low, high]."""
     cdef list out = [None] * 7
     cdef Py_ssize_t i
     cdef object value
@@ -440,6 +474,8 @@ cdef list _numbers(dict data):
             x = PyFloat_AS_DOUBLE(value)
             if not isfinite(x):
                 return None
+        if not low[i] <= x <= high[i]:
+            return None
         out[i] = <double> <float> x  # beyond float32's range: its infinity, as _f32 gives
     return out
 

@@ -7,7 +7,8 @@ NEXT interval never sees that interval (progressive validation).
 Prefixes say where a feature comes from:
 ``sp_`` static page, ``sn_`` static network (incl. related pages' static values),
 ``dp_`` dynamic page (the page's own history: look back), ``dn_`` dynamic network (related
-pages' history: look around). A missing value is simply absent from the dict (River's
+pages' history: look around; ``dn_sibling_`` the page's translations, ``dn_related_`` its
+nearest pages by content). A missing value is simply absent from the dict (River's
 convention); `feature_vector` fills NaN for table columns.
 
 >>> names = feature_names(history=2)
@@ -20,8 +21,9 @@ True
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from itertools import chain
+from typing import NamedTuple
 
 import numpy as np
 
@@ -81,6 +83,11 @@ def own_feature_names(history: int = DEFAULT_HISTORY) -> list[str]:
     return names + list(_AGGREGATES)
 
 
+#: Related pages per page (the paper's k): the one default that PipelineConfig, the settings
+#: and the CLI refer to. Here, with the look-around features, so that the settings can read it
+#: without loading the pipeline (FAISS, the learners).
+DEFAULT_NEIGHBOURS = 30
+
 #: Features from related pages (look around), in `related_features` column order.
 RELATED_NAMES = [
     "sn_related_count",
@@ -94,9 +101,24 @@ RELATED_NAMES = [
 _RELATED_STATS = [j for j, name in enumerate(STATS_FIELDS) if name != "intervals"]
 
 
+#: Features from the page's siblings, its translations (`online.links.sibling_key`): how
+#: many, their link change rates, the new outlinks of their latest interval, their rates.
+SIBLING_NAMES = [
+    "sn_sibling_count",
+    "dn_sibling_lcr_internal",
+    "dn_sibling_lcr_external",
+    "dn_sibling_new_internal_last",
+    "dn_sibling_new_external_last",
+    "dn_sibling_rate_internal_per_day",
+    "dn_sibling_rate_external_per_day",
+]
+#: Where each sibling feature sits among `related_features`' columns.
+SIBLING_COLUMNS = [RELATED_NAMES.index(n.replace("sibling", "related")) for n in SIBLING_NAMES]
+
+
 def feature_names(history: int = DEFAULT_HISTORY) -> list[str]:
     """Every feature name, in the column order of the feature matrix."""
-    return own_feature_names(history) + RELATED_NAMES
+    return own_feature_names(history) + RELATED_NAMES + SIBLING_NAMES
 
 
 _DEPTHS: dict[str, tuple[float, float]] = {}
@@ -207,6 +229,51 @@ def page_stats(state: PageState, page: LinkInfo, history: int = DEFAULT_HISTORY)
     history = max(history, 1)
     row = np.array(own_features(state, page, history), dtype=np.float64)
     return row[stats_columns(history)].astype(np.float32)
+
+
+class Window(NamedTuple):
+    """The own-history window of many feature rows, most recent interval first: new
+    (internal, external) outlinks ``counts`` (m, H, 2), interval ``days`` (m, H), whether the
+    content ``changed`` (m, H), and which intervals are ``present`` (m, H)."""
+
+    counts: np.ndarray
+    days: np.ndarray
+    changed: np.ndarray
+    present: np.ndarray
+
+    def rates(self) -> np.ndarray:
+        """New outlinks per day in each interval (m, H, 2); 0 where absent."""
+        with np.errstate(divide="ignore", invalid="ignore"):
+            out = self.counts / self.days[:, :, None]
+        return np.where(self.present[:, :, None] & (self.days[:, :, None] > 0), out, 0.0)
+
+
+def window_columns(columns: Mapping[str, int]) -> np.ndarray:
+    """Column positions of the window's lagged values: (4, H) for new internal, new
+    external, content changed and days, lag 1 first, -1 for a value the rows lack (an empty H
+    when they have no lag at all)."""
+    lags = []
+    lag = 1
+    while any(f"dp_{kind}_{lag}" in columns for kind in _LAGGED):
+        lags.append([columns.get(f"dp_{kind}_{lag}", -1) for kind in _LAGGED])
+        lag += 1
+    return np.array(lags, dtype=np.int64).reshape(-1, 4).T
+
+
+def window(X: np.ndarray, at: np.ndarray) -> Window:
+    """The own-history window of feature rows ``X``, given `window_columns` positions. An
+    interval is present where its days are known, or (rows without days) its counts."""
+
+    def lagged(kind: int) -> np.ndarray:
+        out = X[:, np.maximum(at[kind], 0)].astype(np.float64)
+        return np.where(at[kind] >= 0, out, np.nan)
+
+    days, internal, external = lagged(3), lagged(0), lagged(1)
+    present = ~np.isnan(days) | ((at[3] < 0) & ~(np.isnan(internal) & np.isnan(external)))
+    counts = np.stack([internal, external], axis=2)
+    counts = np.where(present[:, :, None], np.nan_to_num(counts), 0.0)
+    changed = np.where(present, np.nan_to_num(lagged(2)), 0.0) > 0
+    return Window(counts, np.where(present, np.nan_to_num(days), 0.0), changed, present)
 
 
 def related_features(weights: np.ndarray, stats: np.ndarray) -> np.ndarray:
@@ -324,9 +391,9 @@ FEATURE_SETS: dict[str, Callable[[Sequence[str]], list[str]]] = {
     "SP": _select(prefixes=("sp_",)),
     "SP+SN": _select(prefixes=("sp_", "sn_")),
     "SP+SN+DP+DN": _select(prefixes=("sp_", "sn_", "dp_", "dn_")),
-    "LBLA": _select(prefixes=(*_LOOK_BACK, "dn_related_")),
+    "LBLA": _select(prefixes=(*_LOOK_BACK, "dn_related_", "dn_sibling_")),
     "LB": _select(prefixes=_LOOK_BACK),
-    "LA": _select(prefixes=("dn_related_",)),
+    "LA": _select(prefixes=("dn_related_", "dn_sibling_")),
     **{
         f"SP+SN+DP+DN/{h}": _select(prefixes=("sp_", "sn_", "dp_", "dn_"), history=h)
         for h in range(DEFAULT_HISTORY + 1)

@@ -17,8 +17,10 @@ Floats are stored as float32 from the start so that ``from_bytes(to_bytes(s)) ==
 a state kept in memory and one kept in Redis give the same scores.
 
 >>> from online.events import parse_event
->>> e1 = parse_event({"url": "https://a.org/", "fetched_at": 0, "outlinks": ["https://a.org/x"]})
->>> e2 = parse_event({"url": "https://a.org/", "fetched_at": 86400,
+>>> day = 86400
+>>> e1 = parse_event({"url": "https://a.org/", "fetched_at": 20454 * day,
+...                   "outlinks": ["https://a.org/x"]})
+>>> e2 = parse_event({"url": "https://a.org/", "fetched_at": 20455 * day,
 ...                   "outlinks": ["https://a.org/x", "https://a.org/y", "https://b.org/"]})
 >>> state, out = update(None, e1)
 >>> out.kind, out.interval
@@ -176,7 +178,9 @@ _update = HistoryUpdate(
 
 
 def with_embedding(state: PageState, embedding_fp: int) -> PageState:
-    """Record which embedding the page's related pages were last computed from."""
+    """Record which embedding the index holds for the page (the fingerprint of what it came
+    from); its related pages may have been found with an earlier one
+    (`online.stores.Neighbours.found_with`)."""
     # Slices, not ``_replace``: this runs once per event and ``_replace`` is 4x slower.
     return _new_state(
         PageState, (*state[:_EMBEDDING_AT], embedding_fp, *state[_EMBEDDING_AT + 1 :])

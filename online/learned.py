@@ -1,18 +1,37 @@
-"""Learned scorers: ``online`` (River, learns as labels arrive), ``batch`` (a registered
-ExtraTrees / NGBoost / HGB model, refreshed without a restart) and ``ensemble`` (both).
+"""The learned scorers: candidates weighed by how well each has predicted this stream.
 
-All three go through `online.priority.combine`, so they give the same kind of priority:
-expected new outlinks over the horizon, P(>= 1), a rate per day, reason codes and the model
-versions. The transparent ``lbla`` formula stands in while the online learner warms up (its
-weight fades as labels arrive) and whenever no batch model is at hand.
+``ensemble`` (the default) weighs the candidates of `online.candidates` (NNL-Av, NNL-Pr, LBLA
+and CCR as Bühlmann-credible rates, the online River learner, the refreshed batch model) with
+AdaHedge on their Poisson deviance (`online.hedge`): what predicts this site best gets the
+weight as fast as the stream shows it, whatever the kind of site. ``online`` and ``batch``
+weigh LBLA against one learner only.
 
-Scorers that learn (``learns = True``) are called by the pipeline with each row's label as it
-arrives: `score_and_learn`. Their state (`state` / `restore`) is the online learner, which the
-pipeline asks its store to keep with the page records.
+Learning happens in epochs. A label (the new outlinks found at a page's next fetch) becomes
+usable for events fetched after it, never at the same moment, and the scorer takes in what has
+arrived at most every ``epoch_fraction`` of the site's typical interval: a snapshot crawl is
+scored as a whole by one state of the scorer, and a continuous one changes state about twice
+per revisit cycle. At an epoch the scorer learns, from the labelled rows it has gathered:
 
-The batch model comes from ``model_source``: a callable returning the current artifact (an
-object with ``version`` and ``model``) or None. The registry's watcher is such a callable; the
-core does no file I/O itself.
+1. the candidates' losses on them, as the candidates stood (progressive), into AdaHedge, and
+   how well each ranking option ranked them (`online.blending`);
+2. the site's rates, rhythm and content coupling (`online.site`) and the credibility of each
+   prior (`online.credibility`): the priors' strength is estimated, not set in days;
+3. the River learner (mini-batches of ``learn_every``);
+4. the batch refresher's training rows, and maybe a refreshed batch model
+   (`online.refresh`).
+
+Everything depends on the order of events only, so the replay and the workers agree and the
+batching does not matter. `state` / `restore` give the learned state (`online.ensemble_state`)
+to the store.
+
+The priority (`online.priority`): the mixture's rate per day, the expected new outlinks over
+the horizon, P(>= 1) at the page's next usual interval (`online.calibration`), an exploration
+bonus for short histories, reason codes and the model versions behind the score
+(`online.attribution`).
+
+This module is the scorer's life cycle (epochs, learning, scoring); how candidates are blended
+is `online.blending`, what is stored `online.ensemble_state`, where a score comes from
+`online.attribution`.
 """
 
 from __future__ import annotations
@@ -22,68 +41,114 @@ from typing import Any
 
 import numpy as np
 
-from online.learners import Label, LinkLearner, StreamLearner
-from online.priority import DEFAULT_EXPLORATION, DEFAULT_HORIZON_DAYS, Estimate, combine
-from online.scoring import LBLAScorer, Scores, _MatrixScorer
+from online.attribution import reason_shares, row_models
+from online.blending import (
+    MIX,
+    Blender,
+    choose,
+    default_option,
+    deviance,
+    hedge_rounds,
+    lift_thresholds,
+    measure_options,
+)
+from online.candidates import (
+    CANDIDATES,
+    Evidence,
+    Priors,
+    candidate_rates,
+    evidence,
+    prior_rates,
+)
+from online.ensemble_state import EnsembleState
+from online.hedge import AdaHedge
+from online.history import DEFAULT_HISTORY
+from online.learners import Label, LinkLearner
+from online.priority import DEFAULT_EXPLORATION, DEFAULT_HORIZON_DAYS, reasons_of
+from online.ranking import significant
+from online.refresh import BatchRefresher
+from online.scoring import Scores, _MatrixScorer
 
 ModelSource = Callable[[], Any]
+_DAY = 86_400.0
+#: The typical interval assumed until the stream shows another (a weekly crawl).
+DEFAULT_INTERVAL_DAYS = 7.0
+#: Labels the typical interval must be measured on before it is taken up (the first few labels
+#: of a crawl whose fetches spread over days are its shortest intervals).
+_INTERVAL_MIN_LABELS = 50
+#: How far the measured typical interval may move before the scorer takes it up.
+_INTERVAL_TOLERANCE = 1.25
 
 
-class _LearnedScorer(_MatrixScorer):
-    """Shared plumbing: the LBLA stand-in, exploration, reasons, the batch model."""
+class EnsembleScorer(_MatrixScorer):
+    """Candidates weighed by AdaHedge, learned in epochs (see the module docstring).
 
-    name = "learned"
-    version = "1"
-    learns = False
-    uses_batch = False
-    #: Final weights once warm; LBLA takes the rest. Blending the learner with the formula
-    #: beat either alone on generated crawls (yield@10%, rounds 3-9: 0.735 blended at 0.3-0.5
-    #: against 0.733 LBLA and 0.706 the learner alone).
-    online_weight = 0.5
-    batch_weight = 0.5
+    >>> s = EnsembleScorer()
+    >>> names = ["dp_new_internal_1", "dp_new_external_1", "dp_content_changed_1",
+    ...          "dp_interval_days_1"]
+    >>> cols = {n: j for j, n in enumerate(names)}
+    >>> busy, quiet = [4.0, 0.0, 1.0, 7.0], [0.0, 0.0, 0.0, 7.0]
+    >>> X = np.array([busy, quiet])
+    >>> out = s.score_and_learn(X, cols, [None, None], [None, None], [0.0, 0.0])
+    >>> bool(out.score[0] > out.score[1]), out.reasons[0][0]
+    (True, 'own_history')
+    """
+
+    name = "ensemble"
+    version = "2"
+    learns = True
+    #: The candidates this scorer weighs (a subset of `online.candidates.CANDIDATES`).
+    uses: tuple[str, ...] = CANDIDATES
 
     def __init__(
         self,
         *,
         model_source: ModelSource | None = None,
+        refresher: BatchRefresher | None = None,
         horizon_days: float = DEFAULT_HORIZON_DAYS,
         exploration: float = DEFAULT_EXPLORATION,
-        history: int = 8,
-        warmup: int = 2000,
+        history: int = DEFAULT_HISTORY,
+        epoch_fraction: float = 0.5,
         learn_every: int = 64,
         learner: LinkLearner | None = None,
-        online_weight: float | None = None,
-        batch_weight: float | None = None,
+        budget_share: float = 0.10,
+        switch_evidence: float = 2.0,
     ) -> None:
         self.model_source = model_source
-        if online_weight is not None:
-            self.online_weight = online_weight
-        if batch_weight is not None:
-            self.batch_weight = batch_weight
+        self.refresher = refresher
         self.horizon_days = horizon_days
         self.exploration = exploration
         self.history = history
-        self.warmup = warmup
+        self.epoch_fraction = epoch_fraction
         self.learn_every = learn_every
-        self.lbla = LBLAScorer()
         self._learner_template = learner
-        self.stream: StreamLearner | None = None
+        self.budget_share = budget_share
+        self.switch_evidence = switch_evidence
+        self._uses = np.array([name in self.uses for name in CANDIDATES])
+        self._used = [n for n, u in zip(CANDIDATES, self._uses, strict=True) if u]
+        self.learned = EnsembleState(AdaHedge(len(self._used)))
 
     # -- state -------------------------------------------------------------------------------
 
-    def state(self) -> StreamLearner | None:
-        return self.stream
+    def state(self) -> EnsembleState:
+        return self.learned
 
     def restore(self, state: object) -> None:
-        if not isinstance(state, StreamLearner):
-            raise TypeError(f"expected a StreamLearner, got {type(state).__name__}")
-        self.stream = state
+        if not isinstance(state, EnsembleState):
+            raise TypeError(f"expected an EnsembleState, got {type(state).__name__}")
+        if state.hedge.k != self.learned.hedge.k:
+            raise TypeError("the stored scorer state weighs other candidates")
+        self.learned = state
+
+    def weights(self) -> dict[str, float]:
+        """The current weight of each candidate this scorer weighs."""
+        return dict(zip(self._used, self.learned.hedge.weights().tolist(), strict=True))
 
     # -- scoring -----------------------------------------------------------------------------
 
     def score_matrix(self, X: np.ndarray, columns: Mapping[str, int]) -> Scores:
-        """Scores without learning (the learner, if any, as it stands)."""
-        return self._scores(X, columns, online=self._online_predict(X, columns))
+        """Scores by the state as it stands (nothing learned)."""
+        return self._scores(X, columns)
 
     def score_and_learn(
         self,
@@ -91,126 +156,305 @@ class _LearnedScorer(_MatrixScorer):
         columns: Mapping[str, int],
         previous: Sequence[np.ndarray | None],
         labels: Sequence[Label | None],
+        times: Sequence[float] | None = None,
     ) -> Scores:
-        online = None
-        if self.learns:
-            stream = self._stream(columns)
-            online = stream.score_and_learn(X, previous, labels)
-        return self._scores(X, columns, online=online)
-
-    # -- parts -------------------------------------------------------------------------------
-
-    def _stream(self, columns: Mapping[str, int]) -> StreamLearner:
-        names = sorted(columns, key=columns.__getitem__)
-        if self.stream is None:
-            learner = self._learner_template or LinkLearner(reference_days=self.horizon_days)
-            self.stream = StreamLearner(names, learner, learn_every=self.learn_every)
-        elif self.stream.feature_names != names:
-            raise ValueError("the online learner was trained on other features")
-        return self.stream
-
-    def _online_predict(self, X: np.ndarray, columns: Mapping[str, int]) -> dict | None:
-        if not self.learns or self.stream is None:
-            return None
-        return self.stream.score_and_learn(X, [None] * len(X), [None] * len(X))
-
-    def _scores(self, X: np.ndarray, columns: Mapping[str, int], online: dict | None) -> Scores:
-        c = self.lbla.components(X, columns, self.horizon_days)
+        """Scores for rows ``X`` in stream order. Row i brings ``labels[i]``, the label of
+        ``previous[i]`` (its page's row at the previous fetch), observed at ``times[i]``
+        (epoch seconds); it is learned at the first epoch boundary after that time."""
         n = len(X)
-        parts: list[tuple[str, Estimate, np.ndarray]] = []
-        models: dict[str, str] = {}
-        learned_weight = np.zeros(n)
-        if online is not None:
-            w = self.online_weight * np.minimum(online["n_learned"] / max(self.warmup, 1), 1.0)
-            parts.append(("online", _estimate(online), w))
-            learned_weight = learned_weight + w
-            learner = self.stream.learner  # type: ignore[union-attr]
-            models["online"] = f"river-{learner.kind}-{self.version}"
-        artifact = self._batch_artifact()
-        if artifact is not None:
-            w = np.full(n, self.batch_weight)
-            parts.append(("batch", self._batch_estimate(artifact, X, columns), w))
-            learned_weight = learned_weight + w
-            models["batch"] = str(artifact.version)
-        lbla = Estimate(c["internal"], c["external"], c["p_internal"], c["p_external"])
-        parts.append(("lbla", lbla, np.maximum(1.0 - learned_weight, 0.0)))
-        intervals = X[:, columns["dp_intervals"]] if "dp_intervals" in columns else np.zeros(n)
-        related = columns.get("dn_related_coverage")
-        related_known = np.zeros(n, bool) if related is None else np.nan_to_num(X[:, related]) > 0
-        scores = combine(
-            parts,
-            intervals=intervals,
-            history=self.history,
-            own_share=c["own_share"],
-            related_known=related_known,
-            horizon_days=self.horizon_days,
-            exploration=self.exploration,
-            models=models,
+        times = np.zeros(n) if times is None else np.asarray(times, dtype=np.float64)
+        state = self.learned
+        names = sorted(columns, key=columns.__getitem__)
+        if state.feature_names is None:
+            state.feature_names = names
+        elif state.feature_names != names:
+            raise ValueError("the scorer learned on other features")
+        if n and state.first_seen is None:
+            state.first_seen = float(times[0])
+        parts: list[Scores] = []
+        start = 0
+        for i in range(n):
+            if self._epoch_due(times[i]):
+                if i > start:
+                    parts.append(self._scores(X[start:i], columns, record=True))
+                    start = i
+                self._epoch(times[i], columns)
+            label, prev = labels[i], previous[i]
+            if label is not None and prev is not None:
+                state.pending_rows.append(np.asarray(prev, np.float32))
+                state.pending_labels.append(
+                    (
+                        float(label.new_internal),
+                        float(label.new_external),
+                        float(label.interval_days),
+                        bool(label.content_changed),
+                        float(times[i]),
+                    )
+                )
+        if start < n or not parts:
+            parts.append(self._scores(X[start:], columns, record=True))
+        return _concat(parts)
+
+    # -- epochs ------------------------------------------------------------------------------
+
+    def _epoch_due(self, now: float) -> bool:
+        state = self.learned
+        if not state.pending_labels or state.pending_labels[0][4] >= now:
+            return False
+        # The site's rhythm as measured so far (before the first epoch: the first label's).
+        interval = (
+            state.pending_labels[0][2]
+            if state.last_epoch is None
+            else state.site.typical_interval_days(DEFAULT_INTERVAL_DAYS)
         )
-        return scores
+        since = state.first_seen if state.last_epoch is None else state.last_epoch
+        return now - (since if since is not None else now) >= self.epoch_fraction * interval * _DAY
 
-    def _batch_artifact(self) -> Any:
-        if not self.uses_batch or self.model_source is None:
+    def _epoch(self, now: float, columns: Mapping[str, int]) -> None:
+        """Learn every pending label observed before ``now``."""
+        state = self.learned
+        take = sum(1 for label in state.pending_labels if label[4] < now)
+        rows = np.stack(state.pending_rows[:take]).astype(np.float64)
+        info = np.array([label[:4] for label in state.pending_labels[:take]], dtype=np.float64)
+        del state.pending_rows[:take], state.pending_labels[:take]
+        counts, days, changed = info[:, :2], info[:, 2], info[:, 3] > 0
+        ev = evidence(rows, columns)
+        rates = self._candidate_rates(rows, columns, ev)[:, self._uses]
+        self._measure(rates, counts, days, ev)
+        state.hedge.learn(hedge_rounds(deviance(counts, rates, days)))
+        self._learn_credibility(ev, counts, days)
+        state.site.learn(counts, days, changed)
+        measured = state.site.typical_interval_days()
+        ratio = measured / self._interval_days()
+        away = not 1 / _INTERVAL_TOLERANCE <= ratio <= _INTERVAL_TOLERANCE
+        if away and state.site.labels >= _INTERVAL_MIN_LABELS:
+            state.interval_days = measured
+        self._learn_online(rows, counts, days)
+        if self.refresher is not None:
+            self.refresher.add(rows.astype(np.float32), counts, days)
+            self.refresher.at_epoch(state.feature_names or [])
+        state.lift_thresholds.update(
+            lift_thresholds(state.lift_histograms, state.scored, self.budget_share)
+        )
+        state.lift_histograms = {}
+        state.scored = [0, 0]
+        state.last_epoch = now
+        state.epochs += 1
+        choice = choose(state.measured, self._used, self.switch_evidence)
+        if choice != state.choice or not state.choices:
+            state.choices.append((state.epochs, choice))
+        state.choice = choice
+
+    def _measure(
+        self, rates: np.ndarray, counts: np.ndarray, days: np.ndarray, ev: Evidence
+    ) -> None:
+        """How each ranking option (as it stood) ranks the pages whose labels arrived
+        (`online.blending.measure_options`); and how often the option in use's expectation
+        came true (P(>= 1) calibration)."""
+        state = self.learned
+        truth = counts.sum(axis=1)
+        options = self._blender().option_rates(rates, ev)
+        in_use = options.get(state.choice, options[MIX]).sum(axis=1)
+        state.calibration.learn(in_use * days, truth > 0)
+        for name, quality in measure_options(options, truth).items():
+            state.measured.setdefault(name, []).append(quality)
+
+    def _learn_credibility(self, ev: Evidence, counts: np.ndarray, days: np.ndarray) -> None:
+        """Each prior's credibility from the rows' windows with the label as one more interval."""
+        priors = prior_rates(ev, self._priors())
+        present = np.concatenate([np.ones((len(days), 1), bool), ev.window.present], axis=1)
+        window_rates = ev.window.rates()
+        with np.errstate(divide="ignore", invalid="ignore"):
+            label_rates = np.where(days[:, None] > 0, counts / days[:, None], 0.0)
+        for side, cred in enumerate(self.learned.credibility):
+            rates = np.concatenate([label_rates[:, side : side + 1], window_rates[:, :, side]], 1)
+            cred.learn(rates, present, priors[:, :, side])
+
+    def _learn_online(self, rows: np.ndarray, counts: np.ndarray, days: np.ndarray) -> None:
+        if not (self._uses_candidate("online")):
+            return
+        state = self.learned
+        if state.learner is None:
+            state.learner = self._learner_template or LinkLearner(reference_days=1.0)
+        names = state.feature_names or []
+        for lo in range(0, len(rows), self.learn_every):
+            hi = lo + self.learn_every
+            state.learner.learn_array(
+                rows[lo:hi], names, counts[lo:hi, 0], counts[lo:hi, 1], days[lo:hi]
+            )
+
+    # -- estimates ---------------------------------------------------------------------------
+
+    def default_option(self) -> str:
+        """The ranking option this scorer starts from (`online.blending.default_option`)."""
+        return default_option(self._used)
+
+    def _blender(self) -> Blender:
+        """How the candidates blend under each ranking option, as the learned state stands."""
+        state = self.learned
+        return Blender(self._used, state.hedge.weights(), state.lift_thresholds)
+
+    def _uses_candidate(self, name: str) -> bool:
+        return bool(self._uses[CANDIDATES.index(name)])
+
+    def _priors(self) -> Priors:
+        site = self.learned.site
+        changed, unchanged = site.content_rates()
+        k = np.stack([cred.k() for cred in self.learned.credibility], axis=1)  # (priors, 2)
+        return Priors(site.rate_per_day(), changed, unchanged, k, self._interval_days())
+
+    def _interval_days(self) -> float:
+        """The site's typical interval in use (a week until the stream shows otherwise)."""
+        return self.learned.interval_days or DEFAULT_INTERVAL_DAYS
+
+    def _online_rates(self, X: np.ndarray) -> np.ndarray | None:
+        learner = self.learned.learner
+        if not self._uses_candidate("online") or learner is None or not learner.n_learned:
             return None
-        return self.model_source()
+        pred = learner.predict_array(X, self.learned.feature_names or [])
+        return np.column_stack([pred["internal"], pred["external"]]) / learner.reference_days
 
-    def _batch_estimate(self, artifact: Any, X: np.ndarray, columns: Mapping[str, int]) -> Estimate:
-        model = artifact.model
-        idx = [columns.get(name, -1) for name in model.feature_names_]
+    def _batch(self) -> tuple[Callable[[np.ndarray], np.ndarray] | None, str | None]:
+        """The batch model's rates per day and its version: the refreshed model, else a
+        registered one."""
+        if not self._uses_candidate("batch"):
+            return None, None
+        if self.refresher is not None and self.refresher.model is not None:
+            return self.refresher.predict_rates, self.refresher.version  # type: ignore[return-value]
+        artifact = None if self.model_source is None else self.model_source()
+        if artifact is None:
+            return None, None
+        return _artifact_rates(artifact, self.learned.feature_names or []), str(artifact.version)
+
+    def _candidate_rates(
+        self, X: np.ndarray, columns: Mapping[str, int], ev: Evidence
+    ) -> np.ndarray:
+        batch, _ = self._batch()
+        return candidate_rates(
+            X,
+            columns,
+            self._priors(),
+            online=self._online_rates(X),
+            batch=None if batch is None else batch(X),
+            ev=ev,
+        )
+
+    def _scores(self, X: np.ndarray, columns: Mapping[str, int], record: bool = False) -> Scores:
+        """Scores by the state as it stands; ``record``: rows of the stream (their estimates
+        set the next epoch's lift thresholds)."""
+        X = np.asarray(X, dtype=np.float64)
+        ev = evidence(X, columns)
+        all_rates = self._candidate_rates(X, columns, ev)
+        rates = all_rates[:, self._uses]
+        state = self.learned
+        blender = self._blender()
+        if record:
+            blender.record_silent(rates, ev, state.scored, state.lift_histograms)
+        choice = state.choice if state.choice in blender.options() else self.default_option()
+        weights = blender.weights(choice, rates, ev)
+        # Summation order must not split ties: equal estimates reached by different sums
+        # (7/8 + 0/8 against 5/8 + 2/8) are made equal again.
+        rate = significant(np.einsum("mk,mks->ms", weights, np.nan_to_num(rates)))
+        horizon = self.horizon_days
+        expected = rate * horizon
+        interval = _column(X, columns, "dp_interval_days_mean")
+        interval = np.where(np.isnan(interval), self._interval_days(), interval)
+        total = significant(expected.sum(axis=1))
+        shortness = 1.0 - np.minimum(ev.intervals, self.history) / max(self.history, 1)
+        bonus = self.exploration * np.sqrt(np.maximum(total, 0.0)) * shortness
+        score = total + bonus
+        share = reason_shares(ev, self._used, weights, self._priors().k.mean(axis=1))
+        models_of_rows = self._row_models(weights)
+        models = {k: v for m in {id(m): m for m in models_of_rows}.values() for k, v in m.items()}
+        return Scores(
+            score=score,
+            expected_new_internal=expected[:, 0],
+            expected_new_external=expected[:, 1],
+            p_new=state.calibration.predict(rate.sum(axis=1) * interval),
+            rate_per_day=total / horizon,
+            reasons=reasons_of(share, bonus, score),
+            models=models,
+            candidates={name: all_rates[:, j].sum(axis=1) for j, name in enumerate(CANDIDATES)},
+            row_models=models_of_rows,
+        )
+
+    def _row_models(self, weights: np.ndarray) -> list[dict[str, str]]:
+        """Per row, the versions of the models that carry weight in its estimate
+        (`online.attribution.row_models`)."""
+        learner = self.learned.learner
+        _, batch_version = self._batch()
+        versions = {
+            "online": None
+            if learner is None or not learner.n_learned
+            else f"river-{learner.kind}-{self.version}",
+            "batch": batch_version,
+        }
+        return row_models(weights, self._used, versions)
+
+
+def _column(X: np.ndarray, columns: Mapping[str, int], name: str) -> np.ndarray:
+    j = columns.get(name)
+    return np.full(len(X), np.nan) if j is None else X[:, j].astype(np.float64)
+
+
+def _artifact_rates(artifact: Any, names: list[str]) -> Callable[[np.ndarray], np.ndarray]:
+    """A registered model's rates per day on rows in the pipeline's column order."""
+    model = artifact.model
+    columns = {name: j for j, name in enumerate(names)}
+    idx = [columns.get(name, -1) for name in model.feature_names_]
+    have = [j for j, i in enumerate(idx) if i >= 0]
+
+    def rates(X: np.ndarray) -> np.ndarray:
         Xm = np.full((len(X), len(idx)), np.nan)
-        have = [j for j, i in enumerate(idx) if i >= 0]
         Xm[:, have] = X[:, [idx[j] for j in have]]
         pred = model.predict(Xm)
-        scale = self.horizon_days / float(model.interval_days_)
-        std = None if pred.std_total is None else np.asarray(pred.std_total) * scale
-        return Estimate(
-            np.asarray(pred.internal) * scale,
-            np.asarray(pred.external) * scale,
-            np.asarray(pred.p_internal),
-            np.asarray(pred.p_external),
-            std,
-        )
+        return np.column_stack([pred.internal, pred.external]) / float(model.interval_days_)
+
+    return rates
 
 
-def _estimate(online: dict) -> Estimate:
-    return Estimate(online["internal"], online["external"], online["p_internal"],
-                    online["p_external"])  # fmt: skip
+def _concat(parts: list[Scores]) -> Scores:
+    if len(parts) == 1:
+        return parts[0]
+
+    def cat(name: str) -> np.ndarray | None:
+        values = [getattr(p, name) for p in parts]
+        return None if values[0] is None else np.concatenate(values)
+
+    models: dict[str, str] = {}
+    for p in parts:
+        models.update(p.models or {})
+    candidates = parts[0].candidates or {}
+    return Scores(
+        score=np.concatenate([p.score for p in parts]),
+        expected_new_internal=cat("expected_new_internal"),
+        expected_new_external=cat("expected_new_external"),
+        p_new=np.concatenate([p.p_new for p in parts]),
+        rate_per_day=cat("rate_per_day"),
+        reasons=[r for p in parts for r in (p.reasons or [])],
+        models=models,
+        candidates={k: np.concatenate([p.candidates[k] for p in parts]) for k in candidates},  # type: ignore[index]
+        row_models=[m for p in parts for m in (p.row_models or [p.models or {}] * len(p.score))],
+    )
 
 
-class OnlineScorer(_LearnedScorer):
-    """River learners updated as labels arrive; LBLA stands in while they warm up.
-
-    >>> s = OnlineScorer(warmup=10)
-    >>> X, cols = np.array([[3.0, 7.0]]), {"dp_new_internal_1": 0, "dp_interval_days_1": 1}
-    >>> first = s.score_and_learn(X, cols, [None], [None])
-    >>> first.reasons[0][0]  # nothing learned yet: the transparent formula speaks
-    'own_history'
-    """
+class OnlineScorer(EnsembleScorer):
+    """The River learner weighed against LBLA (which speaks while the learner is cold)."""
 
     name = "online"
-    learns = True
+    uses = ("lbla", "online")
 
 
-class BatchScorer(_LearnedScorer):
-    """The registered batch model (refreshed by its source); LBLA until one exists."""
+class BatchScorer(EnsembleScorer):
+    """The batch model (refreshed, or registered) weighed against LBLA."""
 
     name = "batch"
-    uses_batch = True
-    batch_weight = 1.0
+    uses = ("lbla", "batch")
 
 
-class EnsembleScorer(_LearnedScorer):
-    """Online and batch estimates averaged (LBLA fills in while neither is ready)."""
-
-    name = "ensemble"
-    learns = True
-    uses_batch = True
-    online_weight = 0.25
-    batch_weight = 0.5
-
-
-LEARNED_SCORERS: dict[str, type[_LearnedScorer]] = {
-    "online": OnlineScorer,
-    "batch": BatchScorer,
-    "ensemble": EnsembleScorer,
-}
+__all__ = [
+    "DEFAULT_INTERVAL_DAYS",
+    "BatchScorer",
+    "EnsembleScorer",
+    "OnlineScorer",
+]

@@ -14,6 +14,11 @@ Features go in as River dicts: a missing key is a missing feature, and keys may 
 vanish mid-stream. Values are squashed with a signed log1p (counts are heavy-tailed), then
 a missing feature contributes nothing, in ``learn_one`` and ``learn_many`` alike.
 
+A step never leaves a model non-finite: the linear models are copied before each step and put
+back when a weight, the intercept or the optimiser's state came out NaN or infinite (or the
+step's inputs were not finite); the step is then skipped and counted in ``n_skipped``. One
+extreme row can so cost one mini-batch of learning, never every later score.
+
 `StreamLearner` wraps a `LinkLearner` for the pipeline: it learns in mini-batches of exactly
 ``learn_every`` labels at fixed places in the stream, so the model that scores an event does
 not depend on how the stream was cut into batches (the replay and the live workers agree).
@@ -21,6 +26,7 @@ not depend on how the stream was cut into batches (the replay and the live worke
 
 from __future__ import annotations
 
+import copy
 import functools
 import math
 import platform
@@ -98,7 +104,12 @@ class LinkLearner:
         self.n_models = n_models
         self.seed = seed
         self.n_learned = 0
+        self.n_skipped = 0
         self._models: dict[str, Any] | None = None
+
+    #: Steps skipped because they would have made a model non-finite (a class default, so a
+    #: learner saved before the counter existed reads 0).
+    n_skipped = 0
 
     # -- River API ---------------------------------------------------------------------------
 
@@ -108,10 +119,16 @@ class LinkLearner:
         models = self._ensure()
         xs = self._prepare_one(x)
         scale = self._scale(y.get("interval_days"))
-        for side in SIDES:
-            count = float(y[f"new_{side}"])
-            models[f"nnl_{side}"].learn_one(xs, count * scale)
+        counts = [float(y[f"new_{side}"]) * scale for side in SIDES]
+        if not _all_finite(np.array([*xs.values(), *counts], dtype=np.float64)):
+            self.n_skipped += 1
+            return
+        saved = self._save()
+        for side, count in zip(SIDES, counts, strict=True):
+            models[f"nnl_{side}"].learn_one(xs, count)
             models[f"nl_{side}"].learn_one(xs, count > 0)
+        if self._undo_if_broken(saved):
+            return
         self.n_learned += 1
 
     def predict_one(self, x: Features) -> dict[str, float]:
@@ -142,10 +159,20 @@ class LinkLearner:
                     models[f"nl_{side}"].learn_one(row, count > 0)
             self.n_learned += len(X)
             return
+        targets = {side: Y[f"new_{side}"].to_numpy(np.float64) * scale for side in SIDES}
+        raw = X.to_numpy(np.float64)
+        if not _all_finite(
+            np.nan_to_num(raw, nan=0.0, posinf=np.inf, neginf=-np.inf), *targets.values()
+        ):
+            self.n_skipped += 1
+            return
+        saved = self._save()
         for side in SIDES:
-            counts = Y[f"new_{side}"].to_numpy(np.float64)
-            models[f"nnl_{side}"].learn_many(Xs, pd.Series(counts * scale, index=Xs.index))
+            counts = targets[side]
+            models[f"nnl_{side}"].learn_many(Xs, pd.Series(counts, index=Xs.index))
             models[f"nl_{side}"].learn_many(Xs, pd.Series(counts > 0, index=Xs.index))
+        if self._undo_if_broken(saved):
+            return
         self.n_learned += len(X)
 
     def learn_array(
@@ -173,12 +200,21 @@ class LinkLearner:
             return
         models = self._ensure()
         squashed = np.sign(values) * np.log1p(np.abs(values))
-        matrix = np.nan_to_num(squashed, nan=0.0)
+        matrix = np.nan_to_num(squashed, nan=0.0, posinf=np.inf, neginf=-np.inf)
         scale = np.array([self._scale(d) for d in np.asarray(interval_days, np.float64)])
-        for side, counts in (("internal", new_internal), ("external", new_external)):
-            counts = np.asarray(counts, dtype=np.float64)
-            _glm_learn_matrix(models[f"nnl_{side}"], matrix, cols, counts * scale)
+        targets = [
+            (side, np.asarray(counts, dtype=np.float64) * scale)
+            for side, counts in (("internal", new_internal), ("external", new_external))
+        ]
+        if not _all_finite(matrix, *(t for _, t in targets)):
+            self.n_skipped += 1
+            return
+        saved = self._save()
+        for side, counts in targets:
+            _glm_learn_matrix(models[f"nnl_{side}"], matrix, cols, counts)
             _glm_learn_matrix(models[f"nl_{side}"], matrix, cols, counts > 0)
+        if self._undo_if_broken(saved):
+            return
         self.n_learned += len(values)
 
     def predict_many(self, X: pd.DataFrame) -> pd.DataFrame:
@@ -231,6 +267,61 @@ class LinkLearner:
                 )
         self.__dict__.update(state)
 
+    # -- state as data (no pickle) ----------------------------------------------------------
+
+    def to_data(self) -> dict[str, Any]:
+        """Parameters, counts and, for the linear kind, every River model's weights, intercept
+        and Adam state: what a restored learner needs to go on exactly as this one would.
+        Tree kinds (``hoeffding``, ``arf``) hold node objects and cannot be stored as data."""
+        params = {
+            "kind": self.kind,
+            "learning_rate": self.learning_rate,
+            "l2": self.l2,
+            "reference_days": self.reference_days,
+            "n_models": self.n_models,
+            "seed": self.seed,
+        }
+        out: dict[str, Any] = {
+            "params": params,
+            "n_learned": self.n_learned,
+            "n_skipped": self.n_skipped,
+            "models": None,
+        }
+        if self._models is None:
+            return out
+        if self.kind != "linear":
+            raise TypeError(f"a {self.kind!r} learner cannot be stored as data (linear only)")
+        out["models"] = {name: _glm_state(model) for name, model in self._models.items()}
+        return out
+
+    @classmethod
+    def from_data(cls, data: Mapping[str, Any]) -> LinkLearner:
+        """The learner `to_data` described (``ValueError`` naming what is wrong otherwise)."""
+        try:
+            params = dict(data["params"])
+            if params.get("kind") not in KINDS:
+                raise ValueError(f"unknown learner kind {params.get('kind')!r}")
+            learner = cls(
+                kind=str(params["kind"]),
+                learning_rate=float(params["learning_rate"]),
+                l2=float(params["l2"]),
+                reference_days=float(params["reference_days"]),
+                n_models=int(params["n_models"]),
+                seed=int(params["seed"]),
+            )
+            learner.n_learned = int(data["n_learned"])
+            learner.n_skipped = int(data.get("n_skipped", 0))
+            models = data["models"]
+            if models is not None:
+                built = learner._ensure()
+                if set(models) != set(built) or learner.kind != "linear":
+                    raise ValueError(f"learner models {sorted(models)} for kind {learner.kind}")
+                for name, model in built.items():
+                    _set_glm_state(model, models[name])
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"learner state: missing or bad field {exc}") from None
+        return learner
+
     # -- internals ---------------------------------------------------------------------------
 
     def _ensure(self) -> dict[str, Any]:
@@ -268,6 +359,21 @@ class LinkLearner:
             return forest.ARFClassifier(n_models=self.n_models, seed=self.seed)
         raise ValueError(f"unknown learner kind {self.kind!r}; choose one of {KINDS}")
 
+    def _save(self) -> dict[str, Any] | None:
+        """Copies of the linear models before a step (trees are left alone: a tree's split
+        thresholds cannot overflow the way a gradient step can)."""
+        if self.kind != "linear" or self._models is None:
+            return None
+        return copy.deepcopy(self._models)
+
+    def _undo_if_broken(self, saved: dict[str, Any] | None) -> bool:
+        """Put the models of ``saved`` back if the step left one non-finite; True if so."""
+        if saved is None or all(_finite_model(m) for m in (self._models or {}).values()):
+            return False
+        self._models = saved
+        self.n_skipped += 1
+        return True
+
     def _count_one(self, model: Any, xs: dict[str, float]) -> float:
         if self.kind == "linear":
             return math.exp(min(max(model._raw_dot_one(xs), -30.0), _MAX_LOG))
@@ -289,6 +395,19 @@ class LinkLearner:
         return pd.DataFrame(np.nan_to_num(squashed, nan=0.0), columns=X.columns, index=X.index)
 
 
+def _all_finite(*arrays: np.ndarray) -> bool:
+    return all(bool(np.isfinite(a).all()) for a in arrays)
+
+
+def _finite_model(model: Any) -> bool:
+    """Whether a River linear model's weights, intercept and optimiser state are all finite."""
+    values = [float(model.intercept), *model._weights.values()]
+    for state in vars(model.optimizer).values():
+        if isinstance(state, Mapping):
+            values.extend(state.values())
+    return _all_finite(np.array(values, dtype=np.float64))
+
+
 def _glm_learn_matrix(model: Any, X: np.ndarray, cols: list[str], y: np.ndarray) -> None:
     """What River's ``GLM.learn_many(frame, series)`` does once it has turned them into numpy
     (river 0.26), called on the numpy directly: the frame conversions cost more than the
@@ -300,6 +419,47 @@ def _glm_learn_matrix(model: Any, X: np.ndarray, cols: list[str], y: np.ndarray)
         model._fit(x=cols, y=y, w=1, get_grad=get_grad)
     finally:
         model._exit_learn_mode(saved)
+
+
+def _pairs(values: Any) -> list[list[Any]] | None:
+    """A River weight map as ``[keys, values]`` (insertion order kept), None for None."""
+    if values is None:
+        return None
+    items = dict(values)
+    return [list(items), [float(v) for v in items.values()]]
+
+
+def _unpairs(pairs: Any) -> dict[str, float]:
+    keys, values = pairs
+    if len(keys) != len(values) or not all(isinstance(k, str) for k in keys):
+        raise ValueError("learner state: weight names and values do not pair up")
+    return {k: float(v) for k, v in zip(keys, values, strict=True)}
+
+
+def _glm_state(model: Any) -> dict[str, Any]:
+    """What changes as a River GLM with Adam learns: weights, intercept, Adam's moments."""
+    opt = model.optimizer
+    return {
+        "weights": _pairs(model._weights),
+        "intercept": float(model.intercept),
+        "n_iterations": int(opt.n_iterations),
+        "m": _pairs(opt.m),
+        "v": _pairs(opt.v),
+    }
+
+
+def _set_glm_state(model: Any, state: Mapping[str, Any]) -> None:
+    from collections import defaultdict
+
+    from river.utils import VectorDict
+
+    model._weights = VectorDict(_unpairs(state["weights"]))
+    model.intercept = np.float64(state["intercept"])
+    opt = model.optimizer
+    opt.n_iterations = int(state["n_iterations"])
+    for name in ("m", "v"):
+        pairs = state[name]
+        setattr(opt, name, None if pairs is None else defaultdict(float, _unpairs(pairs)))
 
 
 def _dot_many(model: Any, values: np.ndarray, cols: list[str]) -> np.ndarray:
@@ -317,6 +477,7 @@ class Label:
     new_internal: int
     new_external: int
     interval_days: float
+    content_changed: bool = False
 
 
 class StreamLearner:

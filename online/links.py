@@ -5,6 +5,8 @@ cached: one normalisation and one fingerprint per distinct URL string per proces
 
 >>> normalize_url("HTTPS://WWW.Example.com:443/a/b?q=1#top")
 'https://www.example.com/a/b?q=1'
+>>> normalize_url("https://user:secret@example.com/a")
+'https://example.com/a'
 >>> is_internal("https://www.gender-nrw.de/haeusliche-gewalt/", "http://gender-nrw.de/newsletter")
 False
 >>> url_path_depth("https://domain.com/en/news/article123456/"), domain_depth("https://www.sub.domain.com/")
@@ -34,6 +36,20 @@ _CANONICAL = re.compile(r"(https?)://([a-z0-9_.-]++)(?<!\.)/[!-~]*+")  # possess
 
 class InvalidURL(ValueError):
     """A URL that is not an absolute http(s) URL with a host."""
+
+
+#: ``scheme://user:password@``: everything from the scheme to the last '@' before the path.
+_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^\s/\"'<>]*@")
+
+
+def mask_userinfo(text: str) -> str:
+    """``text`` with the userinfo (``user:password@``) of every URL in it masked: what any log
+    line, error message or settings dump may show.
+
+    >>> mask_userinfo("connecting to redis://:hunter2@cache:6379/0 and https://a.org/x@y")
+    'connecting to redis://***@cache:6379/0 and https://a.org/x@y'
+    """
+    return _USERINFO.sub(r"\1***@", text) if "@" in text else text
 
 
 def normalize_url(url: str) -> str:
@@ -66,6 +82,51 @@ def url_path_depth(url: str) -> int:
 def domain_depth(url: str) -> int:
     """Number of labels in the host, a leading 'www.' stripped: ``sub.domain.com`` -> 3."""
     return link_info(url).site.count(".") + 1
+
+
+#: ISO 639-1 language codes: a first path segment that is one (optionally with a region,
+#: ``pt-br``, ``zh_Hant``) marks a translation of the page the rest of the path names.
+# fmt: off
+_LANGUAGES = frozenset((
+    "aa", "ab", "ae", "af", "ak", "am", "an", "ar", "as", "av", "ay", "az", "ba", "be", "bg", "bh",
+    "bi", "bm", "bn", "bo", "br", "bs", "ca", "ce", "ch", "co", "cr", "cs", "cu", "cv", "cy", "da",
+    "de", "dv", "dz", "ee", "el", "en", "eo", "es", "et", "eu", "fa", "ff", "fi", "fj", "fo", "fr",
+    "fy", "ga", "gd", "gl", "gn", "gu", "gv", "ha", "he", "hi", "ho", "hr", "ht", "hu", "hy", "hz",
+    "ia", "id", "ie", "ig", "ii", "ik", "io", "is", "it", "iu", "ja", "jv", "ka", "kg", "ki", "kj",
+    "kk", "kl", "km", "kn", "ko", "kr", "ks", "ku", "kv", "kw", "ky", "la", "lb", "lg", "li", "ln",
+    "lo", "lt", "lu", "lv", "mg", "mh", "mi", "mk", "ml", "mn", "mr", "ms", "mt", "my", "na", "nb",
+    "nd", "ne", "ng", "nl", "nn", "no", "nr", "nv", "ny", "oc", "oj", "om", "or", "os", "pa", "pi",
+    "pl", "ps", "pt", "qu", "rm", "rn", "ro", "ru", "rw", "sa", "sc", "sd", "se", "sg", "si", "sk",
+    "sl", "sm", "sn", "so", "sq", "sr", "ss", "st", "su", "sv", "sw", "ta", "te", "tg", "th", "ti",
+    "tk", "tl", "tn", "to", "tr", "ts", "tt", "tw", "ty", "ug", "uk", "ur", "uz", "ve", "vi", "vo",
+    "wa", "wo", "xh", "yi", "yo", "za", "zh", "zu",
+))
+# fmt: on
+_REGION = re.compile(r"[-_][a-z]{2}|[-_][a-z]{4}|[-_][a-z]{4}[-_][a-z]{2}")
+
+
+def sibling_key(url: str) -> str:
+    """The key a page shares with its translations: its site and path with a leading language
+    segment left out, so ``example.com/de/guide/x`` and ``example.com/guide/x`` are siblings.
+    A docs site's page gains a link in one language first and in the others as translators
+    catch up: siblings are related pages by construction.
+
+    >>> sibling_key("https://docs.example.com/pt-br/guides/deploy/")
+    'docs.example.com/guides/deploy/'
+    >>> sibling_key("https://www.example.com/guides/deploy/") == sibling_key(
+    ...     "https://example.com/en/guides/deploy/")
+    True
+    >>> sibling_key("https://example.com/api/v2?x=1")   # not a language: kept
+    'example.com/api/v2'
+    """
+    info = link_info(url)
+    rest = info.url.partition("://")[2]
+    path = rest[rest.find("/") :].partition("?")[0]
+    first, _sep, tail = path[1:].partition("/")
+    lowered = first.lower()
+    if lowered[:2] in _LANGUAGES and (len(lowered) == 2 or _REGION.fullmatch(lowered[2:])):
+        path = "/" + tail
+    return info.site + path
 
 
 def url_id(url: str) -> int:
@@ -180,21 +241,18 @@ def _parse_slow(url: str) -> LinkInfo:
         parts = urlsplit(text)
         port = parts.port
     except ValueError as exc:  # bad port, bad IPv6 literal
-        raise InvalidURL(f"unparsable URL {url!r}: {exc}") from None
+        raise InvalidURL(f"unparsable URL {mask_userinfo(repr(url))}: {exc}") from None
     scheme = parts.scheme.lower()
     if scheme not in _DEFAULT_PORTS:
-        raise InvalidURL(f"not an http(s) URL: {url!r}")
+        raise InvalidURL(f"not an http(s) URL: {mask_userinfo(repr(url))}")
     host = (parts.hostname or "").lower().rstrip(".")
     if not host or any(ch.isspace() for ch in text):
-        raise InvalidURL(f"URL without a valid host: {url!r}")
+        raise InvalidURL(f"URL without a valid host: {mask_userinfo(repr(url))}")
     netloc = host if ":" not in host else f"[{host}]"
     if port is not None and port != _DEFAULT_PORTS[scheme]:
         netloc = f"{netloc}:{port}"
-    if parts.username or parts.password:
-        userinfo = parts.username or ""
-        if parts.password:
-            userinfo = f"{userinfo}:{parts.password}"
-        netloc = f"{userinfo}@{netloc}"
+    # A user name or password (``user:pw@``) is dropped: a secret must not become a store key,
+    # a published URL or a log line, and the page is the same page without it.
     normalized = urlunsplit((scheme, netloc, parts.path or "/", parts.query, ""))
     site = host[4:] if host.startswith("www.") else host
     digest = xxhash.xxh3_64_intdigest(normalized.encode("utf-8"))

@@ -2,7 +2,10 @@
 
 Baselines from the paper: ``nnl-pr`` (new outlinks in the last interval), ``nnl-av`` (mean
 over the window) and ``ccr`` (content change rate). The default ``lbla`` scorer is a transparent
-formula over the page's own history (look back) and its related pages (look around):
+formula over the page's own history (look back) and its related pages (look around).
+Every scorer, these and the learned ones, is chosen by name in `online.scorers`.
+
+LBLA:
 
 * own rate of new links per day, recent intervals weighted more (half-life in intervals);
 * shrunk towards the related pages' rate with the weight of ``prior_days`` of observation, so a
@@ -11,7 +14,7 @@ formula over the page's own history (look back) and its related pages (look arou
 * expected new links = rate x the page's usual interval; the score is their total;
 * P(>= 1 new link) from the page's own link change rate, shrunk towards the related pages'.
 
->>> scorer = get_scorer("lbla")
+>>> scorer = LBLAScorer()
 >>> busy = {"dp_new_internal_1": 5.0, "dp_interval_days_1": 7.0, "dp_new_external_1": 0.0}
 >>> quiet = {"dp_new_internal_1": 0.0, "dp_interval_days_1": 7.0, "dp_new_external_1": 0.0}
 >>> scorer.score_one(busy).score > scorer.score_one(quiet).score
@@ -23,11 +26,16 @@ True
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import numpy as np
+
+from online.features import window, window_columns
+
+if TYPE_CHECKING:
+    from online.learners import Label
 
 Features = dict[str, float]
 
@@ -53,6 +61,11 @@ class Scores:
     rate_per_day: np.ndarray | None = None
     reasons: list[list[str]] | None = None
     models: dict[str, str] | None = None
+    #: the candidates' rates per day behind a learned score (both sides), by name
+    candidates: dict[str, np.ndarray] | None = None
+    #: per row, the model versions behind its score, where they differ within the batch (a
+    #: learned scorer's state changes at its epochs); ``models`` otherwise
+    row_models: list[dict[str, str]] | None = None
 
     def row(self, i: int) -> Score:
         def opt(a: np.ndarray | None) -> float | None:
@@ -75,6 +88,28 @@ class Scorer(Protocol):
     def score_one(self, features: Features) -> Score: ...
 
     def score_many(self, rows: Sequence[Features]) -> list[Score]: ...
+
+
+@runtime_checkable
+class LearningScorer(Scorer, Protocol):
+    """A scorer that learns from the stream (`online.learned`). The pipeline hands it, with
+    each row, the label that row's event brings for its page's previous row; the scorer's state
+    is written with the batch's page records, and restored (or rolled back) from it."""
+
+    learns: bool
+
+    def score_and_learn(
+        self,
+        X: np.ndarray,
+        columns: Mapping[str, int],
+        previous: Sequence[np.ndarray | None],
+        labels: Sequence[Label | None],
+        times: Sequence[float] | None = None,
+    ) -> Scores: ...
+
+    def state(self) -> object: ...
+
+    def restore(self, state: object) -> None: ...
 
 
 class _MatrixScorer:
@@ -140,13 +175,33 @@ class NNLPreviousScorer(_CountBaseline):
 class NNLAverageScorer(_CountBaseline):
     """Baseline NNL-Av: the mean new outlinks per interval over the history window.
 
+    Computed from the window's counts where the row has them (exact: equal means tie, as the
+    baseline's own ties matter to a rank correlation), else from the stored means.
+
     >>> NNLAverageScorer().score_one({"dp_new_internal_mean": 2.5}).expected_new_internal
     2.5
+    >>> row = {"dp_new_internal_1": 1.0, "dp_new_internal_2": 2.0, "dp_new_external_1": 0.0,
+    ...        "dp_new_external_2": 0.0, "dp_content_changed_1": 0.0,
+    ...        "dp_content_changed_2": 0.0, "dp_interval_days_1": 7.0, "dp_interval_days_2": 7.0}
+    >>> NNLAverageScorer().score_one(row).expected_new_internal
+    1.5
     """
 
     name = "nnl-av"
     internal_column = "dp_new_internal_mean"
     external_column = "dp_new_external_mean"
+
+    def score_matrix(self, X: np.ndarray, columns: Mapping[str, int]) -> Scores:
+        at = window_columns(columns)
+        if not at.size or at[3, 0] < 0:  # no window of intervals: the stored means
+            return super().score_matrix(X, columns)
+        w = window(np.asarray(X, dtype=np.float64), at)
+        n = w.present.sum(axis=1)[:, None]
+        links = w.counts.sum(axis=1)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            mean = np.where(n > 0, links / n, 0.0)
+            total = np.where(n[:, 0] > 0, links.sum(axis=1) / n[:, 0], 0.0)
+        return Scores(total, mean[:, 0], mean[:, 1], _poisson_p(total))
 
 
 class CCRScorer(_MatrixScorer):
@@ -231,32 +286,8 @@ class LBLAScorer(_MatrixScorer):
         return rate * horizon, p, days
 
 
-SCORERS: dict[str, Callable[[], Scorer]] = {
-    "lbla": LBLAScorer,
-    "nnl-pr": NNLPreviousScorer,
-    "nnl-av": NNLAverageScorer,
-    "ccr": CCRScorer,
-}
-#: Learned scorers (online/learned.py): they take options (model source, history ...).
-LEARNED = ("online", "batch", "ensemble")
-SCORER_NAMES = (*SCORERS, *LEARNED)
-#: Best by yield@10% on held-out crawls (bench/scorer_choice.py): on S it leads (0.545 vs
-#: online 0.518, LBLA 0.460, batch 0.456); on a generated crawl it is within 0.002 of the batch
-#: model (0.753 vs 0.755; LBLA 0.747, NNL-Av 0.746). Without a registered model: online + LBLA.
+#: The scorer a run uses unless told otherwise (`online.scorers` has every name). Best by
+#: yield@10% on held-out crawls (bench/scorer_choice.py); without a registered model it is the
+#: online learner and LBLA. Here rather than in the registry, so that the settings can read it
+#: without loading the learners.
 DEFAULT_SCORER = "ensemble"
-
-
-def get_scorer(name: str, **options: object) -> Scorer:
-    """The scorer registered under ``name``; ValueError lists the known names.
-
-    ``options`` go to the learned scorers (``model_source``, ``history``, ``exploration`` ...);
-    the formula scorers take none and ignore them.
-    """
-    if name in LEARNED:
-        from online.learned import LEARNED_SCORERS
-
-        return LEARNED_SCORERS[name](**options)  # type: ignore[arg-type,return-value]
-    try:
-        return SCORERS[name]()
-    except KeyError:
-        raise ValueError(f"unknown scorer {name!r}; choose one of {list(SCORER_NAMES)}") from None

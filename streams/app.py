@@ -9,8 +9,13 @@
 * task ``embeddings-replica``: an aiokafka consumer with no group that reads every partition of
   the embeddings topic from the beginning and keeps this worker's FAISS replica current; the
   agent starts only once the replica has caught up with the topic's end at start-up;
-* web (``settings.web_port``): ``/health`` (200 JSON when the worker runs and Redis answers,
-  503 otherwise) and ``/metrics`` (Prometheus).
+* task ``broker-probe``: asks the broker for metadata every few seconds (`streams.health`);
+* web (``settings.web_port``): ``/health`` (200 JSON when the worker runs, Redis answers, the
+  broker answers and nothing is stalled; 503 with the reasons otherwise) and ``/metrics``
+  (Prometheus);
+* `BoundedStopWorker`: a SIGTERM stops the worker within ``stop_timeout_seconds`` even when
+  the broker is gone (then it exits without waiting further: nothing is committed past an
+  event that was not fully processed, so the rest is redelivered to the next worker).
 
 Faust's own settings come from the arguments here; its environment variables are only read
 under the ``LOOKAROUND_FAUST_`` prefix, so a stray ``BROKER_URL`` cannot redirect a worker.
@@ -23,6 +28,7 @@ import contextlib
 import logging
 import os
 import tempfile
+import threading
 from collections.abc import Awaitable, Sequence
 from pathlib import Path
 from typing import Any
@@ -30,14 +36,16 @@ from typing import Any
 import faust
 from prometheus_client import generate_latest
 
+from batch.helper_processes import helper_pool
 from streams.batching import BatchGatherer
+from streams.composition import worker_store
 from streams.gcpolicy import freeze_startup_heap
-from streams.helper_processes import helper_pool
-from streams.kafka_io import aiokafka_options, parse_embedding, ssl_context
-from streams.live import LiveProcessor, Metrics, RecordLike, parse_values
+from streams.health import HealthWatch, probe_broker
+from streams.kafka_io import BadEmbedding, aiokafka_options, parse_embedding, ssl_context
+from streams.live import LiveProcessor, Message, Metrics, RecordLike, parse_values
 from streams.maththreads import single_math_thread
 from streams.partitioner import partition_of
-from streams.redis_store import RedisPageStore, redis_client
+from streams.redis_store import RedisPageStore
 from streams.settings import Settings
 
 FAUST_ENV_PREFIX = "LOOKAROUND_FAUST_"
@@ -112,9 +120,9 @@ class BatchPublisher:
         self.producer = producer
         return producer
 
-    async def send(self, messages: Sequence[tuple[str, bytes | None, bytes]]) -> Awaitable[None]:
-        """Hand (topic, key, value) messages to the producer, in order per partition; returns
-        an awaitable of their delivery (acks=all) that raises if any is not delivered."""
+    async def send(self, messages: Sequence[Message]) -> Awaitable[None]:
+        """Hand (topic, key, value, headers) messages to the producer, in order per partition;
+        returns an awaitable of their delivery (acks=all) that raises if any is not delivered."""
         from aiokafka.partitioner import DefaultPartitioner
 
         if not messages:
@@ -123,7 +131,7 @@ class BatchPublisher:
         choose = DefaultPartitioner()
         batches: dict[tuple[str, int], Any] = {}
         deliveries: list[asyncio.Future] = []
-        for topic, key, value in messages:
+        for topic, key, value, headers in messages:
             partitions = self._partitions.get(topic)
             if partitions is None:
                 partitions = sorted(await producer.partitions_for(topic))
@@ -135,10 +143,10 @@ class BatchPublisher:
             batch = batches.get(tp)
             if batch is None:
                 batch = batches[tp] = producer.create_batch()
-            if batch.append(key=key, value=value, timestamp=None) is None:
+            if batch.append(key=key, value=value, timestamp=None, headers=headers) is None:
                 deliveries.append(await producer.send_batch(batch, tp[0], partition=tp[1]))
                 batch = batches[tp] = producer.create_batch()
-                if batch.append(key=key, value=value, timestamp=None) is None:
+                if batch.append(key=key, value=value, timestamp=None, headers=headers) is None:
                     raise ValueError(f"a {len(value)}-byte message does not fit a batch")
         for (topic, partition), batch in batches.items():
             deliveries.append(await producer.send_batch(batch, topic, partition=partition))
@@ -150,8 +158,9 @@ class BatchPublisher:
             await producer.stop()
 
 
-#: How long a stopping worker waits for its last batch's commit.
-_COMMIT_ON_STOP_SECONDS = 10.0
+#: How long a stopping worker waits for its last batch's commit (less than the default
+#: stop_timeout_seconds, after which `BoundedStopWorker` exits anyway).
+_COMMIT_ON_STOP_SECONDS = 6.0
 
 
 async def _delivered() -> None:
@@ -159,7 +168,7 @@ async def _delivered() -> None:
 
 
 def create_app(settings: Settings, *, store: RedisPageStore | None = None) -> faust.App:
-    """A Faust app for one worker. ``app.lookaround`` is its `LiveProcessor`."""
+    """A Faust app for one worker: its agent runs the pipeline through a `LiveProcessor`."""
     _patch_fetch_wait()
     datadir = Path(tempfile.gettempdir()) / f"lookaround-faust-{settings.app_id}-{os.getpid()}"
     app = faust.App(
@@ -191,21 +200,15 @@ def create_app(settings: Settings, *, store: RedisPageStore | None = None) -> fa
     app.lookaround_fetch_max_wait_ms = settings.kafka_fetch_max_wait_ms  # type: ignore[attr-defined]
     metrics = Metrics()
     if store is None:
-        store = RedisPageStore(
-            redis_client(settings),
-            prefix=settings.redis_key_prefix,
-            ttl=settings.redis_state_ttl_seconds,
-            worker_id=settings.worker_id,
-        )
-
+        store = worker_store(settings)
     publisher = BatchPublisher(settings)
 
     live = LiveProcessor(settings, store, publisher.send, metrics)
     # For the worker's lifetime: spinning BLAS threads would take the parser's core.
     app.lookaround_math_threads = single_math_thread()  # type: ignore[attr-defined]
-    app.lookaround = live  # type: ignore[attr-defined]
-    state = {"running": False, "replica_ready": asyncio.Event(), "replica_error": None}
-    app.lookaround_state = state  # type: ignore[attr-defined]
+    state = {"running": False, "replica_ready": asyncio.Event()}
+    watch = HealthWatch(settings.health_broker_seconds, settings.health_stall_seconds)
+    state["health"] = watch
 
     fetched = app.topic(settings.topic_fetched, key_type=bytes, value_type=bytes)
 
@@ -223,16 +226,27 @@ def create_app(settings: Settings, *, store: RedisPageStore | None = None) -> fa
     async def embeddings_replica() -> None:
         await _run_replica(settings, live, state)
 
+    @app.task
+    async def broker_probe() -> None:
+        every = min(2.0, settings.health_broker_seconds / 3)
+        timeout = min(5.0, max(settings.health_broker_seconds / 2, 0.5))
+        await probe_broker(watch, aiokafka_options(settings), every, timeout)
+
     @app.page("/health")
     async def health(web: Any, request: Any) -> Any:
         redis_ok = await asyncio.get_running_loop().run_in_executor(None, live.check_redis)
-        ok = bool(state["running"] and redis_ok)
+        watch.refresh_lag(_highwater(app), _assigned(app))
+        problems = watch.problems()
+        ok = bool(state["running"] and redis_ok and not problems)
         body = {
             "status": "ok" if ok else "unavailable",
             "worker_id": settings.worker_id,
             "running": state["running"],
             "redis": redis_ok,
+            "broker": not watch.broker_down(),
+            "problems": problems,
             "replica_pages": len(live.index),
+            "embeddings_rejected": live.embeddings_rejected,
             "batches": live.batches,
         }
         return web.json(body, status=200 if ok else 503)
@@ -264,6 +278,7 @@ async def _consume(
        fully processed (a stop or crash mid-batch leaves its events uncommitted).
     """
     loop = asyncio.get_running_loop()
+    watch: HealthWatch = state["health"]
     gathered: BatchGatherer = BatchGatherer(settings.batch_size)
     batches_q: asyncio.Queue = asyncio.Queue(maxsize=1)
     pool = helper_pool(settings.parse_processes) if settings.parse_processes > 0 else None
@@ -283,6 +298,7 @@ async def _consume(
                     [m.value for m in messages],
                     settings.embedding_dim,
                     settings.max_outlinks,
+                    settings.event_limits(),
                 )
             await batches_q.put((events, messages, parsed))
 
@@ -292,7 +308,9 @@ async def _consume(
         await batch
         for e in events:
             await stream.ack(e)
-        _update_lag(app, live, messages)
+        watch.committed(_update_lag(app, live, messages), _highwater(app))
+        if not len(gathered) and batches_q.empty() and not live.in_batch:
+            watch.idle()
 
     async def processor() -> None:
         # Batch n+1 is processed while batch n's commit (the broker's acks, then the Redis
@@ -321,6 +339,7 @@ async def _consume(
                 if stage.done():
                     stage.result()  # re-raise what stopped it
                     raise RuntimeError("the worker's feeder or processor stopped")
+            watch.events_read()
             await gathered.put(events)
     finally:
         for stage in stages:
@@ -330,20 +349,67 @@ async def _consume(
             pool.shutdown(wait=False, cancel_futures=True)
 
 
-def _update_lag(app: faust.App, live: LiveProcessor, records: Sequence[RecordLike]) -> None:
+def _highwater(app: faust.App):  # type: ignore[no-untyped-def]
+    """(topic, partition) -> the consumer's latest high-water mark, or None."""
+    from faust.types import TP
+
+    def high(topic: str, partition: int) -> int | None:
+        try:
+            return app.consumer.highwater(TP(topic, partition))
+        except Exception:
+            return None
+
+    return high
+
+
+def _assigned(app: faust.App) -> set[tuple[str, int]] | None:
+    """The (topic, partition)s this worker consumes now (None: not known yet)."""
+    try:
+        return {(tp.topic, tp.partition) for tp in app.consumer.assignment()}
+    except Exception:
+        return None
+
+
+def _update_lag(
+    app: faust.App, live: LiveProcessor, records: Sequence[RecordLike]
+) -> dict[tuple[str, int], int]:
+    """Set the lag gauges of the partitions in ``records``; their last offsets."""
     last: dict[tuple[str, int], int] = {}
     for r in records:
         last[(r.topic, r.partition)] = r.offset
-    consumer = getattr(app, "consumer", None)
+    highwater = _highwater(app)
     for (topic, partition), offset in last.items():
-        try:
-            from faust.types import TP
-
-            high = consumer.highwater(TP(topic, partition))  # type: ignore[union-attr]
-        except Exception:
-            continue
+        high = highwater(topic, partition)
         if high is not None:
             live.metrics.lag.labels(partition=str(partition)).set(max(high - offset - 1, 0))
+    return last
+
+
+class BoundedStopWorker(faust.Worker):
+    """A Faust worker whose stop on SIGTERM / SIGINT takes at most ``stop_timeout`` seconds.
+
+    Faust's stop waits on the broker (a last commit, leaving the group, flushing the
+    producer); with the broker gone it would wait for minutes. After ``stop_timeout`` the
+    process exits anyway (status 0, as for any requested stop): every event whose batch was
+    not committed is redelivered, and Redis writes are idempotent, so nothing is lost.
+    """
+
+    stop_timeout: float = 8.0
+
+    def _schedule_shutdown(self, signal: Any) -> None:
+        if not self._signal_stop_time:
+            timer = threading.Timer(self.stop_timeout, _exit_now, args=(self.stop_timeout,))
+            timer.daemon = True
+            timer.start()
+        super()._schedule_shutdown(signal)
+
+
+def _exit_now(timeout: float) -> None:
+    log.warning("stop took longer than %.0f s (broker gone?): exiting now", timeout)
+    for handler in logging.getLogger().handlers:
+        with contextlib.suppress(Exception):
+            handler.flush()
+    os._exit(0)
 
 
 async def _run_replica(settings: Settings, live: LiveProcessor, state: dict) -> None:
@@ -381,9 +447,9 @@ async def _run_replica(settings: Settings, live: LiveProcessor, state: dict) -> 
             for msgs in batches.values():
                 for msg in msgs:
                     try:
-                        items.append(parse_embedding(msg.value))
-                    except Exception as exc:  # a foreign message must not stop the replica
-                        log.warning("bad embeddings message: %s", exc)
+                        items.append(parse_embedding(msg.value, settings.embedding_dim))
+                    except BadEmbedding as exc:  # a foreign message must not stop the replica
+                        live.reject_embedding(exc, f"{msg.topic}[{msg.partition}]@{msg.offset}")
             if items:
                 live.apply_embeddings(items)
             elif live.pending:
@@ -396,6 +462,9 @@ async def _run_replica(settings: Settings, live: LiveProcessor, state: dict) -> 
                     pos >= ends[tp] for pos, tp in zip(positions, tps, strict=True)
                 ):
                     log.info("embeddings replica ready", extra={"pages": len(live.index)})
+                    changed = live.check_embedding_dim()
+                    if changed is not None:
+                        log.error(changed)
                     ready.set()
     finally:
         await consumer.stop()

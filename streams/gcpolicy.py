@@ -22,11 +22,11 @@ from contextlib import contextmanager
 def freeze_startup_heap() -> int:
     """Move every object alive now out of the collector's sight; returns how many.
 
-    A worker's imports, models and replica are some 250,000 tracked objects that live as long
-    as the process; each full collection re-scanned them all (about 130 ms, some 10% of a
-    worker's time under load). Freezing per batch, as a replay does, would suit a worker
-    badly: cyclic garbage among frozen objects is never collected, and a worker runs for
-    weeks. Objects frozen here are still freed by reference counting when dropped.
+    A worker's imports, models and replica are hundreds of thousands of tracked objects that
+    live as long as the process; each full collection would re-scan them all, a large share
+    of a busy worker's time (docs/benchmarks.md). Freezing per batch, as a replay does, would
+    suit a worker badly: cyclic garbage among frozen objects is never collected, and a worker
+    runs for weeks. Objects frozen here are still freed by reference counting when dropped.
     """
     gc.collect()
     gc.freeze()

@@ -165,3 +165,27 @@ def worker_settings(bootstrap: str, prefix: str, **overrides: Any) -> Settings:
     }
     values.update(overrides)
     return Settings(**values)
+
+
+def two_busy_workers(
+    settings: Settings, start: Callable[[Settings, str], WorkerProcess], timeout: float = 60.0
+) -> Callable[[], tuple[WorkerProcess, WorkerProcess]]:
+    """Start workers ``a`` and ``b`` (own web ports) with ``start`` and wait until both are
+    healthy; the returned callable then waits until both have taken events, and gives them."""
+    a = start(settings.model_copy(update={"worker_id": "a"}), "a")
+    b = start(settings.model_copy(update={"worker_id": "b", "web_port": free_port()}), "b")
+    a.wait_healthy()
+    b.wait_healthy()
+
+    def busy() -> tuple[WorkerProcess, WorkerProcess]:
+        wait_for(
+            lambda: (
+                a.metric("lookaround_events_in_total") > 0
+                and b.metric("lookaround_events_in_total") > 0
+            ),
+            timeout,
+            "both workers busy",
+        )
+        return a, b
+
+    return busy

@@ -4,7 +4,11 @@ creation, the local Tansu broker, and the message formats on the topics.
 Messages (all JSON, UTF-8):
 
 * fetched pages (in): the crawler's event, keyed by page URL;
-* priorities (out): the pipeline's priority dict, keyed by page URL;
+* priorities (out): the pipeline's priority dict, keyed by page URL, with two headers that
+  record where the worker processed it (`processing_headers`): ``lookaround-order``
+  (``RUN:SEQ``: the worker's start in epoch nanoseconds and the event's place among the events
+  it processed) and ``lookaround-source`` (``PARTITION:OFFSET`` of the fetched-page record), so
+  `lookaround replay-topic` can replay the events in the order the workers took them;
 * embeddings (compacted, keyed by page id): ``{"page_id", "url", "ts", "vector"}`` with ``ts``
   the fetch's epoch seconds (the version) and ``vector`` base64 of little-endian float32;
 * dead letter: ``{"field", "reason", "topic", "partition", "offset", "key", "raw"}`` with the
@@ -14,6 +18,7 @@ Messages (all JSON, UTF-8):
 from __future__ import annotations
 
 import base64
+import math
 import os
 import shutil
 import socket
@@ -212,11 +217,57 @@ def embedding_message(page_id: int, url: str, ts: float, vector: np.ndarray) -> 
     )
 
 
-def parse_embedding(value: bytes) -> tuple[int, float, np.ndarray, str]:
-    """(page id, version ts, float32 vector, url) of an embeddings-topic message."""
-    doc = orjson.loads(value)
-    vector = np.frombuffer(base64.b64decode(doc["vector"]), dtype="<f4").astype(np.float32)
-    return int(doc["page_id"]), float(doc["ts"]), vector, str(doc["url"])
+class BadEmbedding(ValueError):
+    """An embeddings-topic message this worker cannot use. ``reason`` is ``malformed``,
+    ``dimension`` (``found``: the vector's dimension) or ``not_finite``."""
+
+    def __init__(self, reason: str, detail: str, found: int | None = None) -> None:
+        super().__init__(detail)
+        self.reason = reason
+        self.found = found
+
+
+def parse_embedding(
+    value: bytes | None, dim: int | None = None
+) -> tuple[int, float, np.ndarray, str]:
+    """(page id, version ts, float32 vector, url) of an embeddings-topic message.
+
+    The topic is internal but anyone who can write it can put anything there, so every field
+    is checked: `BadEmbedding` says what is wrong (a vector of another dimension than ``dim``,
+    one that is not finite, a missing or mistyped field), and the replica skips the message.
+    """
+    try:
+        doc = orjson.loads(value)  # type: ignore[arg-type]
+    except (orjson.JSONDecodeError, TypeError) as exc:
+        raise BadEmbedding("malformed", f"not JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise BadEmbedding("malformed", f"a JSON {type(doc).__name__}, not an object")
+    page_id, ts, url, text = doc.get("page_id"), doc.get("ts"), doc.get("url"), doc.get("vector")
+    if not isinstance(page_id, int) or isinstance(page_id, bool) or not -(2**63) <= page_id < 2**63:
+        raise BadEmbedding("malformed", f"page_id: a 64-bit integer expected, got {page_id!r:.40}")
+    if not isinstance(ts, int | float) or isinstance(ts, bool):
+        raise BadEmbedding("malformed", f"ts: a number expected, got {ts!r:.40}")
+    if not isinstance(url, str):
+        raise BadEmbedding("malformed", f"url: a string expected, got {url!r:.40}")
+    if not isinstance(text, str):
+        raise BadEmbedding("malformed", f"vector: base64 text expected, got {text!r:.40}")
+    try:
+        raw = base64.b64decode(text, validate=True)
+        ts = float(ts)
+    except (ValueError, OverflowError) as exc:
+        raise BadEmbedding("malformed", f"vector or ts: {exc}") from None
+    if len(raw) % 4:
+        raise BadEmbedding("malformed", f"vector: {len(raw)} bytes is not float32s")
+    vector = np.frombuffer(raw, dtype="<f4").astype(np.float32)
+    if dim is not None and len(vector) != dim:
+        raise BadEmbedding(
+            "dimension",
+            f"vector of dimension {len(vector)}, this worker's embedding_dim is {dim}",
+            found=len(vector),
+        )
+    if not math.isfinite(ts) or not np.isfinite(vector).all():
+        raise BadEmbedding("not_finite", "vector or ts is not finite")
+    return page_id, ts, vector, url
 
 
 def dead_letter_message(
@@ -239,3 +290,29 @@ def dead_letter_message(
             "raw": base64.b64encode(raw or b"").decode("ascii"),
         }
     )
+
+
+ORDER_HEADER = "lookaround-order"
+SOURCE_HEADER = "lookaround-source"
+
+
+def processing_headers(run: int, sequence: int, partition: int, offset: int) -> list:
+    """A priority message's headers: where its event was processed, and its source record."""
+    return [
+        (ORDER_HEADER, b"%d:%d" % (run, sequence)),
+        (SOURCE_HEADER, b"%d:%d" % (partition, offset)),
+    ]
+
+
+def parse_processing_headers(
+    headers: Any,
+) -> tuple[tuple[int, int], tuple[int, int]] | None:
+    """((run, sequence), (partition, offset)) from a priority message's headers, or None when
+    they are absent or malformed (a message not published by a worker)."""
+    found = dict(headers or ())
+    try:
+        run, sequence = (int(x) for x in found[ORDER_HEADER].split(b":"))
+        partition, offset = (int(x) for x in found[SOURCE_HEADER].split(b":"))
+    except (KeyError, ValueError, AttributeError):
+        return None
+    return (run, sequence), (partition, offset)

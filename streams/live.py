@@ -4,9 +4,12 @@ For each micro-batch of fetched-page records:
 
 1. parse every value (`parse_fetch`); rejects go to the dead-letter topic with their reason and
    source offset;
-2. `PagePipeline.process` over a store that defers its write (reads go to Redis, the write is
-   kept), retried with exponential backoff while Redis is unreachable; a failed attempt is
-   rolled back in the FAISS replica so the retry sees the index as it was;
+2. `PagePipeline.process_isolated` over a store that defers its write (reads go to Redis, the
+   write is kept), retried with exponential backoff while Redis is unreachable; a failed attempt
+   is rolled back in the FAISS replica so the retry sees the index as it was. An event whose
+   processing raises is found by bisection and goes to the dead-letter topic (field
+   ``processing``, the error as reason); the rest of its batch goes through, so one bad event
+   never stops a partition;
 3. dead letters, priority updates (keyed by URL) and the pages' new embeddings (keyed by page
    id, compacted topic) are handed to the producer together (`begin` ends here);
 4. the batch's commit awaits their delivery, then writes the batch's pages to Redis in one
@@ -31,7 +34,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import pickle
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -43,8 +45,11 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from online.ensemble_state import EnsembleState
 from online.events import (
+    DEFAULT_LIMITS,
     EventError,
+    EventLimits,
     Fetch,
     fetch_columns,
     fetches_from_columns,
@@ -52,26 +57,40 @@ from online.events import (
 )
 from online.history import PageState
 from online.index import FaissIndex
-from streams.kafka_io import dead_letter_message, embedding_message
-from streams.pipeline import PagePipeline, PipelineConfig, Processed
-from streams.redis_store import RedisPageStore
-from streams.scorers import build_scorer
+from online.pipeline import Processed
+from online.related_updates import SiblingFollow, SiblingGroup
+from online.schedule import Allocation
+from online.stores import Neighbours, PageWrites, merge_records, sibling_group
+from streams.composition import worker_pipeline
+from streams.kafka_io import (
+    BadEmbedding,
+    dead_letter_message,
+    embedding_message,
+    processing_headers,
+)
+from streams.logs import Throttle
+from streams.redis_store import RedisPageStore, learner_bytes
 from streams.settings import Settings
-from streams.stores import Neighbours, PageWrites
 
 log = logging.getLogger("lookaround.worker")
 
+#: The dead letter's field for an event that passed validation but whose processing raised.
+PROCESSING_FIELD = "processing"
+
 REDIS_DOWN = (RedisConnectionError, RedisTimeoutError, ConnectionError, TimeoutError)
 
-#: publish([(topic, key, value), ...]): hands a batch's messages to the producer (in order per
-#: partition) and returns an awaitable of their delivery, which raises if one is not delivered.
-Publish = Callable[[Sequence[tuple[str, bytes | None, bytes]]], Awaitable[Awaitable[None]]]
+#: A message to publish: (topic, key, value, headers).
+Message = tuple[str, bytes | None, bytes, list[tuple[str, bytes]]]
+#: publish([message, ...]): hands a batch's messages to the producer (in order per partition)
+#: and returns an awaitable of their delivery, which raises if one is not delivered.
+Publish = Callable[[Sequence[Message]], Awaitable[Awaitable[None]]]
 
 
 class ParsedValues(list):
     """`parse_values`' result: a list that crosses from the parser process to the worker's
-    main process as columns (`fetch_columns`): unpickling 500 events costs the main process
-    1.5 µs per event instead of 5.5."""
+    main process as columns (`fetch_columns`): unpickling columns costs the main process a
+    fraction of what unpickling one object per event does (bench/live_throughput.py
+    --parse-processes)."""
 
     def __reduce__(self) -> tuple:
         fetch_at = [i for i, item in enumerate(self) if isinstance(item, Fetch)]
@@ -92,7 +111,10 @@ def _parsed_values(
 
 
 def parse_values(
-    values: Sequence[bytes | None], embedding_dim: int, max_outlinks: int
+    values: Sequence[bytes | None],
+    embedding_dim: int,
+    max_outlinks: int,
+    limits: EventLimits = DEFAULT_LIMITS,
 ) -> ParsedValues:
     """Each value parsed: its `Fetch`, or (field, reason) when rejected. Picklable, so a
     worker can run it in a parser process while its main process runs the pipeline."""
@@ -104,6 +126,7 @@ def parse_values(
                     value if value is not None else b"",
                     embedding_dim=embedding_dim,
                     max_outlinks=max_outlinks,
+                    limits=limits,
                 )
             )
         except EventError as err:
@@ -138,6 +161,11 @@ class Metrics:
         )
         self.embeddings_out = Counter(
             "lookaround_embeddings_out", "Embeddings published", registry=r
+        )
+        self.related_out = Counter(
+            "lookaround_related_updates_out",
+            "Related updates published (a sibling's priority revised by its page's new links)",
+            registry=r,
         )
         self.rejects = Counter(
             "lookaround_rejects", "Rejected events by field", ["field"], registry=r
@@ -175,6 +203,27 @@ class Metrics:
             "lookaround_replica_applied", "Embeddings applied from the topic", registry=r
         )
         self.model = Info("lookaround_model", "Scorer and model versions in use", registry=r)
+        self.learner_skipped = Gauge(
+            "lookaround_learner_steps_skipped",
+            "Online-learner steps skipped: they would have made its weights non-finite",
+            registry=r,
+        )
+        self.nonfinite_scores = Gauge(
+            "lookaround_nonfinite_scores",
+            "Priorities with a NaN or infinite value replaced (none expected)",
+            registry=r,
+        )
+        self.embeddings_rejected = Counter(
+            "lookaround_embeddings_rejected",
+            "Embeddings-topic messages skipped, by reason (malformed, dimension, not_finite)",
+            ["reason"],
+            registry=r,
+        )
+        self.learner_refused = Counter(
+            "lookaround_learner_state_refused",
+            "Stored learner states refused at start (not data we wrote: the scorer started fresh)",
+            registry=r,
+        )
 
 
 class _DeferredStore:
@@ -238,28 +287,51 @@ class _DeferredStore:
         layers = [layer.rows for layer in self._layers() if layer.rows]
         return self._overlay([int(i) for i in page_ids], self.store.get_rows(page_ids), layers)
 
+    def get_siblings(self, keys: Sequence[str]) -> list[SiblingGroup]:
+        got = self.store.get_siblings(keys)
+        layers = [layer for layer in reversed(self._layers()) if layer.siblings or layer.gains]
+        if not layers:
+            return got
+        out = []
+        for key, group in zip(keys, got, strict=True):
+            urls, gain = list(group.urls), group.gain
+            for layer in layers:  # oldest first; a layer written meanwhile may be in both
+                urls += [u for u in layer.siblings.get(key, ()) if u not in urls]
+                newer = layer.gains.get(key)
+                if newer is not None and (gain is None or newer.at > gain.at):
+                    gain = newer
+            out.append(sibling_group(urls, gain))
+        return out
+
+    def get_follow(self) -> SiblingFollow | None:
+        for layer in self._layers():
+            if layer.follow is not None:
+                return layer.follow
+        return self.store.get_follow()
+
     def get_learner(self) -> object | None:
         for layer in self._layers():
             if layer.learner is not None:
                 learner = layer.learner
-                return pickle.loads(learner) if isinstance(learner, bytes) else learner
+                return EnsembleState.from_bytes(learner) if isinstance(learner, bytes) else learner
         return self.store.get_learner()
 
+    def get_allocation(self) -> Allocation | None:
+        for layer in self._layers():
+            if layer.allocation is not None:
+                return layer.allocation
+        return self.store.get_allocation()
+
     def write(self, writes: PageWrites) -> None:
-        p = self.pending
-        p.states.update(writes.states)
-        p.stats.update(writes.stats)
-        p.neighbours.update(writes.neighbours)
-        p.rows.update(writes.rows)
-        if writes.learner is not None:
-            p.learner = writes.learner
+        merge_records(self.pending, writes)
+        self.pending.stats.update(writes.stats)
 
     def seal(self) -> PageWrites:
-        """The pending writes as a layer of their own; the learner pickled now, as it stands
-        (the next batch goes on changing it)."""
+        """The pending writes as a layer of their own; the learner encoded now (as data, see
+        `online.state_codec`), as it stands (the next batch goes on changing it)."""
         layer, self.pending = self.pending, self._empty()
         if layer.learner is not None and not isinstance(layer.learner, bytes):
-            layer.learner = pickle.dumps(layer.learner, protocol=5)
+            layer.learner = learner_bytes(layer.learner)
         self.sealed.append(layer)
         return layer
 
@@ -278,10 +350,15 @@ class _DeferredStore:
 
 
 @dataclass
-class BatchOutcome:
+class LiveBatch:
+    """What the worker did with one batch of records: counts for the metrics and the
+    pipeline's results (the pipeline's own outcome is `online.pipeline.BatchOutcome`)."""
+
     records: int = 0
     rejects: int = 0
     priorities: int = 0
+    #: related updates (`online.related_updates`), on the priorities topic too
+    related: int = 0
     embeddings: int = 0
     attempts: int = 1
     results: list[Processed] = field(default_factory=list)
@@ -308,24 +385,8 @@ class LiveProcessor:
         self.metrics = metrics or Metrics()
         self.sleep = sleep
         self.max_backoff = max_backoff
-        config = PipelineConfig(
-            history=settings.history,
-            neighbours=settings.neighbours,
-            embedding_dim=settings.embedding_dim,
-        )
-        scorer = build_scorer(
-            settings.scorer,
-            history=settings.history,
-            registry_dir=settings.registry_dir,
-            live=True,
-            poll_seconds=settings.registry_poll_seconds,
-        )
-        self.pipeline = PagePipeline(
-            self.deferred,  # type: ignore[arg-type]
-            index if index is not None else FaissIndex(dim=settings.embedding_dim),
-            scorer,
-            config,
-        )
+        self.pipeline = worker_pipeline(settings, self.deferred, index=index)  # type: ignore[arg-type]
+        scorer = self.pipeline.scorer
         self._models_shown: dict[str, str] = {}
         self.metrics.model.info(
             {"scorer": str(scorer.name), "version": str(getattr(scorer, "version", ""))}
@@ -335,14 +396,59 @@ class LiveProcessor:
         self._published_fp: dict[int, int] = {}
         self._pending: dict[int, tuple[float, np.ndarray, str]] = {}
         self.redis_ok = True
+        #: embeddings-topic messages skipped, by reason; the foreign dimensions seen
+        self.embeddings_rejected: dict[str, int] = {}
+        self.foreign_dimensions: dict[int, int] = {}
+        self._reject_log = Throttle(every=60.0)
+        self.metrics.learner_refused.inc(self.pipeline.counters.learner_refused)
         self.batches = 0
         self.in_batch = False
+        #: This worker's place in a processing order that `lookaround replay-topic` follows:
+        #: its start (runs sort by it) and the events it has passed to the pipeline.
+        self.run_id = time.time_ns()
+        self.sequence = 0
 
     @property
     def index(self) -> FaissIndex:
         return self.pipeline.index  # type: ignore[return-value]
 
     # -- the FAISS replica --------------------------------------------------------------------
+
+    def reject_embedding(self, exc: BadEmbedding, where: str) -> None:
+        """Skip an embeddings-topic message this worker cannot use: counted by reason (metric
+        ``lookaround_embeddings_rejected_total``), logged at most once a minute per reason
+        with how many were not logged, never fatal."""
+        reason = exc.reason
+        self.embeddings_rejected[reason] = self.embeddings_rejected.get(reason, 0) + 1
+        if exc.found is not None:
+            self.foreign_dimensions[exc.found] = self.foreign_dimensions.get(exc.found, 0) + 1
+        self.metrics.embeddings_rejected.labels(reason=reason).inc()
+        due, skipped = self._reject_log.due(reason)
+        if due:
+            log.warning(
+                "embeddings message skipped (%s) at %s: %s",
+                reason,
+                where,
+                exc,
+                extra={"reason": reason, "not_logged_since": skipped},
+            )
+
+    def check_embedding_dim(self) -> str | None:
+        """Once the replica has caught up at start: a clear message when the topic holds
+        vectors of another dimension than this worker's ``embedding_dim`` (a deployment that
+        changed it but kept the topic), else None."""
+        if not self.foreign_dimensions:
+            return None
+        found = ", ".join(
+            f"{n} of dimension {d}" for d, n in sorted(self.foreign_dimensions.items())
+        )
+        return (
+            f"embedding_dim changed? The embeddings topic {self.settings.topic_embeddings} holds "
+            f"vectors this worker cannot use ({found}); its embedding_dim is "
+            f"{self.settings.embedding_dim}. They are skipped: the pages they belong to have no "
+            "related pages until fetched again. To start over, give the workers a new "
+            "embeddings topic (LOOKAROUND_TOPIC_EMBEDDINGS), or set embedding_dim back."
+        )
 
     def apply_embeddings(self, items: Sequence[tuple[int, float, np.ndarray, str]]) -> int:
         """Upsert (page id, version, vector, url) from the embeddings topic where newer than
@@ -404,7 +510,7 @@ class LiveProcessor:
         self,
         records: Sequence[RecordLike],
         parsed: Sequence[Fetch | tuple[str, str]] | None = None,
-    ) -> BatchOutcome:
+    ) -> LiveBatch:
         """Process one batch and commit it; ``parsed`` is `parse_values` of the records when
         already done."""
         commit = await self.begin(records, parsed)
@@ -414,7 +520,7 @@ class LiveProcessor:
         self,
         records: Sequence[RecordLike],
         parsed: Sequence[Fetch | tuple[str, str]] | None = None,
-    ) -> Awaitable[BatchOutcome]:
+    ) -> Awaitable[LiveBatch]:
         """Process one batch and hand its messages to the producer; returns its commit, which
         waits for their delivery and then writes the batch to Redis.
 
@@ -432,8 +538,8 @@ class LiveProcessor:
         return self._commit(outcome, delivered, layer, started)
 
     async def _commit(
-        self, outcome: BatchOutcome, delivered: Awaitable[None], layer: PageWrites, started: float
-    ) -> BatchOutcome:
+        self, outcome: LiveBatch, delivered: Awaitable[None], layer: PageWrites, started: float
+    ) -> LiveBatch:
         m = self.metrics
         t0 = time.perf_counter()
         await delivered
@@ -443,6 +549,7 @@ class LiveProcessor:
         self.deferred.release(layer)
         m.stage_seconds.labels(stage="write").inc(time.perf_counter() - t1)
         m.priorities_out.inc(outcome.priorities)
+        m.related_out.inc(outcome.related)
         m.embeddings_out.inc(outcome.embeddings)
         m.replica_pages.set(len(self.index))
         m.batch_seconds.observe(time.perf_counter() - started)
@@ -452,55 +559,53 @@ class LiveProcessor:
 
     async def _begin(
         self, records: Sequence[RecordLike], parsed: Sequence[Fetch | tuple[str, str]] | None
-    ) -> tuple[BatchOutcome, Awaitable[None], PageWrites]:
+    ) -> tuple[LiveBatch, Awaitable[None], PageWrites]:
         s = self.settings
         m = self.metrics
         m.events_in.inc(len(records))
-        outcome = BatchOutcome(records=len(records))
+        outcome = LiveBatch(records=len(records))
         if parsed is None:
-            parsed = parse_values([r.value for r in records], s.embedding_dim, s.max_outlinks)
+            values = [r.value for r in records]
+            parsed = parse_values(values, s.embedding_dim, s.max_outlinks, s.event_limits())
         fetches: list[Fetch] = []
-        messages: list[tuple[str, bytes | None, bytes]] = []
+        sources: list[RecordLike] = []
+        messages: list[Message] = []
         for rec, item in zip(records, parsed, strict=True):
             if isinstance(item, Fetch):
                 fetches.append(item)
+                sources.append(rec)
                 continue
             field_name, reason = item
-            outcome.rejects += 1
-            m.rejects.labels(field=field_name).inc()
-            messages.append(
-                (
-                    s.topic_dead_letter,
-                    rec.key,
-                    dead_letter_message(
-                        rec.value,
-                        rec.key,
-                        field_name,
-                        reason,
-                        rec.topic,
-                        rec.partition,
-                        rec.offset,
-                    ),
-                )
-            )
+            messages.append(self._dead_letter(rec, field_name, reason, outcome))
         t0 = time.perf_counter()
-        results, outcome.attempts = await self._process(fetches)
+        results, related, outcome.attempts, failed = await self._process(fetches)
+        if failed:
+            for at, error in failed:
+                reason = f"processing failed: {error}"
+                messages.append(self._dead_letter(sources[at], PROCESSING_FIELD, reason, outcome))
+            left_out = {at for at, _ in failed}
+            sources = [rec for at, rec in enumerate(sources) if at not in left_out]
         t1 = time.perf_counter()
         m.stage_seconds.labels(stage="process").inc(t1 - t0)
         outcome.results = results
         topic = s.topic_priorities
         stale = duplicates = 0
-        for r in results:
+        first, self.sequence = self.sequence, self.sequence + len(results)
+        for at, (r, rec) in enumerate(zip(results, sources, strict=True)):
             if r.priority is not None:
-                messages.append((topic, r.event.url.encode(), orjson.dumps(r.priority)))
+                headers = processing_headers(self.run_id, first + at, rec.partition, rec.offset)
+                messages.append((topic, r.event.url.encode(), orjson.dumps(r.priority), headers))
             elif r.emitted.kind == "stale":
                 stale += 1
             elif r.emitted.kind == "duplicate":
                 duplicates += 1
         outcome.priorities = len(messages) - outcome.rejects
+        for update in related:  # after the fetches' own: a crawler applies them in order
+            messages.append((topic, update["url"].encode(), orjson.dumps(update), []))
+        outcome.related = len(related)
         for key, value in self._embeddings(results):
-            messages.append((s.topic_embeddings, key, value))
-        outcome.embeddings = len(messages) - outcome.rejects - outcome.priorities
+            messages.append((s.topic_embeddings, key, value, []))
+        outcome.embeddings = len(messages) - outcome.rejects - outcome.priorities - outcome.related
         if stale:
             m.stale.inc(stale)
         if duplicates:
@@ -508,6 +613,17 @@ class LiveProcessor:
         delivered = await self.publish(messages)
         m.stage_seconds.labels(stage="publish").inc(time.perf_counter() - t1)
         return outcome, delivered, self.deferred.seal()
+
+    def _dead_letter(
+        self, rec: RecordLike, field_name: str, reason: str, outcome: LiveBatch
+    ) -> Message:
+        """The dead-letter message of a rejected record, counted in ``outcome`` and metrics."""
+        outcome.rejects += 1
+        self.metrics.rejects.labels(field=field_name).inc()
+        value = dead_letter_message(
+            rec.value, rec.key, field_name, reason, rec.topic, rec.partition, rec.offset
+        )
+        return (self.settings.topic_dead_letter, rec.key, value, [])
 
     def _embeddings(self, results: list[Processed]) -> list[tuple[bytes, bytes]]:
         """(key, message) of each page whose indexed vector this batch changed; records the
@@ -537,9 +653,13 @@ class LiveProcessor:
             self.versions[pid] = max(self.versions.get(pid, float("-inf")), r.event.timestamp)
         return out
 
-    async def _process(self, fetches: list[Fetch]) -> tuple[list[Processed], int]:
+    async def _process(
+        self, fetches: list[Fetch]
+    ) -> tuple[list[Processed], list[dict], int, list[tuple[int, str]]]:
+        """(results of the events that went through, the related updates they made, attempts,
+        (position, error) of each event whose processing raised)."""
         if not fetches:
-            return [], 1
+            return [], [], 1, []
         attempt = 0
         delay = 0.1
         while True:
@@ -548,14 +668,24 @@ class LiveProcessor:
             present = np.array([pid in self.index for pid in ids.tolist()], dtype=bool)
             before = self.index.reconstruct_many(ids[present]) if present.any() else None
             try:
-                results = self.pipeline.process(fetches)
+                isolated = self.pipeline.process_isolated(fetches)
+                results = isolated.outcome.results
                 self._set_redis(True)
                 self._model_versions(results)
-                return results, attempt
+                self._guard_metrics()
+                return results, isolated.outcome.related, attempt, isolated.failed
             except REDIS_DOWN as exc:
                 self._rollback(ids, present, before)
                 self.deferred.discard()
                 delay = await self._backoff(exc, "process", attempt, delay)
+
+    def _guard_metrics(self) -> None:
+        """The learner's skipped steps and the replaced scores, as the pipeline counts them."""
+        pipeline = self.pipeline
+        self.metrics.nonfinite_scores.set(pipeline.counters.nonfinite_scores)
+        if pipeline.learns:
+            learner = getattr(pipeline.scorer.state(), "learner", None)  # type: ignore[attr-defined]
+            self.metrics.learner_skipped.set(int(getattr(learner, "n_skipped", 0)))
 
     def _model_versions(self, results: list[Processed]) -> None:
         """Show the model versions behind the latest priorities (a refreshed batch model

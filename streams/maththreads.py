@@ -2,9 +2,8 @@
 
 The pipeline's matrices are small (a batch of ~1,000 rows), so BLAS or OpenMP threads
 gain nothing there, yet between calls they spin-wait for work on the core the events reader,
-the parser process or Redis needs. Replaying 200,000 events, numpy's two OpenBLAS threads
-burnt 18 of the main process's 60 CPU-seconds that way (41.6 with one thread, and the
-replay finished sooner).
+the parser process or Redis needs: CPU burnt for nothing, and a slower replay
+(bench/replay_throughput.py measures it).
 """
 
 from __future__ import annotations

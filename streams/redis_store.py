@@ -6,9 +6,19 @@ Keys (``prefix`` first, e.g. ``lookaround:``):
 * ``{prefix}t:{page_id}``: its stats row (what it lends its neighbours);
 * ``{prefix}n:{page_id}``: its related pages;
 * ``{prefix}r:{page_id}``: the feature row of its latest fetch (labelled at the next one);
-* ``{prefix}learner:{worker_id}``: this worker's pickled online learner.
+* ``{prefix}learner:{worker_id}``: this worker's learned scorer state, as data
+  (`online.state_codec`: never pickle, so a blob written by anyone else cannot run code here);
+* ``{prefix}allocation:{worker_id}``: this worker's budget schedule state (with a budget);
+* ``{prefix}gu:{sibling_key}``: the URLs of the pages sharing a sibling key (a page and its
+  translations, `online.links.sibling_key`), each ended by a newline, appended when a page
+  is first seen (their page ids are derived from them);
+* ``{prefix}gg:{sibling_key}``: the group's latest gain (`online.related_updates.GroupGain`),
+  written where a fetch showed new links;
+* ``{prefix}follow:{worker_id}``: what this worker saw siblings show after a gain
+  (`online.related_updates.SiblingFollow`).
 
-A write is one Lua script, so it is atomic (all of a batch or none of it, learner included)
+A write is one Lua script, so it is atomic (all of a batch or none of it, learner and
+allocation included)
 and idempotent: a page's records are only written when its new state is newer (by
 ``last_fetched_at``) than the stored one, so a redelivered or stale batch never regresses a
 page. Records of pages without a state in the batch are written as they are. ``ttl`` (seconds)
@@ -19,31 +29,38 @@ All keys of one write go to one server: a Redis Cluster would need hash tags (no
 
 from __future__ import annotations
 
-import pickle
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
 import redis
 
+from online.ensemble_state import EnsembleState
 from online.features import N_STATS
 from online.history import PageState, from_bytes, to_bytes
 from online.links import link_info
-from streams.stores import (
+from online.related_updates import GroupGain, SiblingFollow, SiblingGroup
+from online.schedule import Allocation
+from online.state_codec import StateRefused
+from online.stores import (
     Neighbours,
     PageWrites,
     row_from_bytes,
     row_to_bytes,
+    sibling_group,
     stats_to_bytes,
 )
 
 if TYPE_CHECKING:
     from streams.settings import Settings
 
-#: KEYS: learner key, then 4 per page (state, stats, neighbours, row).
-#: ARGV: ttl ms (0: none), learner blob ("" : none), then 4 per page (state blob, stats, nbrs,
-#: row; "" where absent). A page with a state blob is written only if that state's
-#: last_fetched_at (little-endian double at byte 3 of the blob) is newer than the stored one's.
+#: KEYS: learner key, allocation key, follow key, G sibling-group keys, H group-gain keys, then
+#: 4 per page (state, stats, neighbours, row).
+#: ARGV: ttl ms (0: none), learner blob ("" : none), allocation blob ("": none), follow blob
+#: ("": none), G, H, the G groups' appended URLs, the H gains, then 4 per page (state blob,
+#: stats, nbrs, row; "" where absent). A page with a state blob is written only if that
+#: state's last_fetched_at (little-endian double at byte 3 of the blob) is newer than the
+#: stored one's. A gain is written only if it is newer (its first double) than the stored one.
 _WRITE_LUA = """
 local ttl = tonumber(ARGV[1])
 local function put(key, value)
@@ -56,9 +73,23 @@ local function put(key, value)
 end
 local written = 0
 local skipped = 0
-for i = 0, (#KEYS - 1) / 4 - 1 do
-  local k = 2 + 4 * i
-  local a = 3 + 4 * i
+local groups = tonumber(ARGV[5])
+local gains = tonumber(ARGV[6])
+for g = 1, groups do
+  redis.call('APPEND', KEYS[3 + g], ARGV[6 + g])
+end
+for h = 1, gains do
+  local key = KEYS[3 + groups + h]
+  local gain = ARGV[6 + groups + h]
+  local old = redis.call('GET', key)
+  if (not old) or struct.unpack('<d', gain, 1) > struct.unpack('<d', old, 1) then
+    redis.call('SET', key, gain)
+  end
+end
+local fixed = 3 + groups + gains
+for i = 0, (#KEYS - fixed) / 4 - 1 do
+  local k = fixed + 1 + 4 * i
+  local a = 7 + groups + gains + 4 * i
   local state = ARGV[a]
   local ok = true
   if state ~= '' then
@@ -81,6 +112,12 @@ for i = 0, (#KEYS - 1) / 4 - 1 do
 end
 if ARGV[2] ~= '' then
   redis.call('SET', KEYS[1], ARGV[2])
+end
+if ARGV[3] ~= '' then
+  redis.call('SET', KEYS[2], ARGV[3])
+end
+if ARGV[4] ~= '' then
+  redis.call('SET', KEYS[3], ARGV[4])
 end
 return {written, skipped}
 """
@@ -107,9 +144,11 @@ class RedisPageStore:
         self.ttl_ms = int(ttl * 1000) if ttl else 0
         self.worker_id = worker_id
         self.learner_key = f"{prefix}learner:{worker_id}"
+        self.allocation_key = f"{prefix}allocation:{worker_id}"
+        self.follow_key = f"{prefix}follow:{worker_id}"
         # Key prefixes per kind: a batch builds ~20,000 keys, so no method call per key.
-        self._s, self._t, self._n, self._r, self._x = (
-            f"{prefix}{kind}:" for kind in ("s", "t", "n", "r", "x")
+        self._s, self._t, self._n, self._r, self._x, self._g, self._gg = (
+            f"{prefix}{kind}:" for kind in ("s", "t", "n", "r", "x", "gu", "gg")
         )
         self._script = client.register_script(_WRITE_LUA)
         self.written = 0
@@ -159,9 +198,38 @@ class RedisPageStore:
         blobs = self._mget([f"{r}{int(p)}" for p in page_ids])
         return [row_from_bytes(b) if b else None for b in blobs]
 
-    def get_learner(self) -> object | None:
+    def get_siblings(self, keys: Sequence[str]) -> list[SiblingGroup]:
+        g, gg = self._g, self._gg
+        blobs = self._mget([f"{g}{key}" for key in keys] + [f"{gg}{key}" for key in keys])
+        members, gains = blobs[: len(keys)], blobs[len(keys) :]
+        return [
+            sibling_group(
+                [u for u in (urls or b"").decode().split("\n") if u],
+                GroupGain.from_bytes(gain) if gain else None,
+            )
+            for urls, gain in zip(members, gains, strict=True)
+        ]
+
+    def get_follow(self) -> SiblingFollow | None:
+        blob = self.client.get(self.follow_key)
+        return SiblingFollow.from_bytes(blob) if blob else None
+
+    def get_learner(self) -> EnsembleState | None:
+        """This worker's stored scorer state, or None. A blob that is not a state written as
+        data (a pickle, another format, a damaged write) raises `StateRefused` and is copied
+        to ``{learner_key}:refused`` for inspection; it is never unpickled."""
         blob = self.client.get(self.learner_key)
-        return pickle.loads(blob) if blob else None
+        if not blob:
+            return None
+        try:
+            return EnsembleState.from_bytes(blob)
+        except StateRefused:
+            self.client.set(f"{self.learner_key}:refused", blob)
+            raise
+
+    def get_allocation(self) -> Allocation | None:
+        blob = self.client.get(self.allocation_key)
+        return Allocation.from_bytes(blob) if blob else None
 
     # -- the one write ------------------------------------------------------------------------
 
@@ -182,12 +250,19 @@ class RedisPageStore:
         learner = writes.learner
         if learner is None:
             learner = b""
-        elif not isinstance(learner, bytes):  # bytes: pickled already (a sealed layer)
-            learner = pickle.dumps(learner, protocol=5)
-        if not pages and not learner:
+        elif not isinstance(learner, bytes):  # bytes: encoded already (a sealed layer)
+            learner = learner_bytes(learner)
+        allocation = b"" if writes.allocation is None else writes.allocation.to_bytes()
+        follow = b"" if writes.follow is None else writes.follow.to_bytes()
+        groups, gains = writes.siblings, writes.gains
+        if not pages and not learner and not allocation and not groups and not gains:
             return
-        keys = [self.learner_key]
-        args: list[bytes | int] = [self.ttl_ms, learner]
+        keys = [self.learner_key, self.allocation_key, self.follow_key]
+        keys += [f"{self._g}{k}" for k in groups] + [f"{self._gg}{k}" for k in gains]
+        args: list[bytes | int] = [self.ttl_ms, learner, allocation, follow, len(groups)]
+        args.append(len(gains))
+        args += ["".join(f"{url}\n" for url in urls).encode() for urls in groups.values()]
+        args += [gain.to_bytes() for gain in gains.values()]
         s, t, n, r, x = self._s, self._t, self._n, self._r, self._x
         for pid, blobs in pages.items():
             url = state_urls.get(pid)
@@ -227,6 +302,15 @@ class RedisPageStore:
         if batch:
             n += self.client.delete(*batch)
         return n
+
+
+def learner_bytes(state: object) -> bytes:
+    """A scorer state as stored: its own data encoding (`EnsembleState.to_bytes`), never a
+    pickle; a state without one cannot be stored."""
+    to_bytes_ = getattr(state, "to_bytes", None)
+    if to_bytes_ is None:
+        raise TypeError(f"a {type(state).__name__} cannot be stored as data (no to_bytes)")
+    return bytes(to_bytes_())
 
 
 def redis_client(settings: Settings, **kwargs: object) -> redis.Redis:

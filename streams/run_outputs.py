@@ -23,10 +23,30 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from isal import igzip
 
+from batch.helper_processes import run_as_helper
+from batch.rundir import FEATURES_FILE, PRIORITIES_FILE
+from online.candidates import CANDIDATES
 from online.features import feature_names
-from streams.helper_processes import run_as_helper
-from streams.rundir import FEATURES_FILE, PRIORITIES_FILE
-from streams.scored import ScoredColumns
+from online.scored import ScoredColumns
+
+_K = len(CANDIDATES)
+_NO_CANDIDATES = (None,) * _K
+
+
+def candidate_column(name: str) -> str:
+    """The features.parquet column of a candidate's rate per day (learned scorers only)."""
+    return f"candidate_{name.replace('-', '_')}"
+
+
+def _candidate_rows(batch: ScoredColumns) -> list[tuple]:
+    """Per row, each candidate's rate per day (None where not recorded or abstaining)."""
+    if not batch.candidates:
+        return [_NO_CANDIDATES] * len(batch)
+    table = np.column_stack(
+        [batch.candidates.get(name, np.full(len(batch), np.nan)) for name in CANDIDATES]
+    ).astype(np.float64)
+    values = np.where(np.isnan(table), None, table)
+    return [tuple(row) for row in values.tolist()]
 
 
 class FeatureTable:
@@ -55,7 +75,7 @@ class FeatureTable:
             [
                 ("url", pa.string()),
                 ("page_id", pa.int64()),
-                ("crawl", pa.int32()),
+                ("crawl", pa.int64()),  # any 64-bit crawl round the contract accepts
                 ("fetched_at", pa.timestamp("ms", tz="UTC")),
                 ("status", pa.int16()),
                 ("score", pa.float64()),
@@ -63,6 +83,7 @@ class FeatureTable:
                 ("expected_new_internal", pa.float64()),
                 ("expected_new_external", pa.float64()),
                 *[(n, pa.float32()) for n in self.names],
+                *[(candidate_column(n), pa.float32()) for n in CANDIDATES],
                 ("label_new_internal", pa.int32()),
                 ("label_new_external", pa.int32()),
                 ("label_interval_days", pa.float32()),
@@ -83,6 +104,7 @@ class FeatureTable:
         source: list[bool] = []  # per finished row: from this batch?
         in_batch: dict[int, int] = {}  # slot -> position of its latest row in this batch
         meta_list, last = self._meta, self._last
+        candidates = _candidate_rows(batch)
         columns = zip(
             slots,
             batch.urls,
@@ -92,9 +114,12 @@ class FeatureTable:
             batch.statuses,
             batch.values,
             batch.intervals,
+            candidates,
             strict=True,
         )
-        for at, (slot, url, page_id, crawl, ts, status, values, interval) in enumerate(columns):
+        for at, (slot, url, page_id, crawl, ts, status, values, interval, cands) in enumerate(
+            columns
+        ):
             millis = round(ts * 1000)
             previous = meta_list[slot]
             if previous is not None:
@@ -121,6 +146,7 @@ class FeatureTable:
                 p_new,
                 internal,
                 external,
+                *cands,
             )
             in_batch[slot] = at
             last[slot] = self._seq + at
@@ -167,7 +193,7 @@ class FeatureTable:
         arrays = [
             pa.array(cols[0], pa.string()),
             pa.array(cols[1], pa.int64()),
-            pa.array(cols[2], pa.int32()),
+            pa.array(cols[2], pa.int64()),
             pa.array(cols[3], pa.timestamp("ms", tz="UTC")),
             pa.array(cols[4], pa.int16()),
             pa.array(cols[5], pa.float64()),
@@ -175,10 +201,11 @@ class FeatureTable:
             pa.array(cols[7], pa.float64()),
             pa.array(cols[8], pa.float64()),
             *[pa.array(column, pa.float32()) for column in features],
-            pa.array(cols[9], pa.int32()),
-            pa.array(cols[10], pa.int32()),
-            pa.array(cols[11], pa.float32()),
-            pa.array(cols[12], pa.timestamp("ms", tz="UTC")),
+            *[pa.array(cols[9 + j], pa.float32()) for j in range(_K)],
+            pa.array(cols[9 + _K], pa.int32()),
+            pa.array(cols[10 + _K], pa.int32()),
+            pa.array(cols[11 + _K], pa.float32()),
+            pa.array(cols[12 + _K], pa.timestamp("ms", tz="UTC")),
         ]
         self.writer.write_table(pa.Table.from_arrays(arrays, schema=self.schema))
         self._done_meta.clear()

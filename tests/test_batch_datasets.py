@@ -17,6 +17,7 @@ from batch.datasets import (
 )
 from batch.evaluate import load_rows
 from batch.generate import GeneratorConfig
+from online.errors import InputError
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +56,7 @@ def test_lcr_targets_do_not_see_held_out_intervals(rows: pd.DataFrame) -> None:
 
 
 def test_too_few_crawls_to_hold_out(rows: pd.DataFrame) -> None:
-    with pytest.raises(ValueError, match="labelled crawls"):
+    with pytest.raises(InputError, match=r"need more than 99 labelled crawl\(s\).* has 5"):
         split_by_time(rows, 99)
 
 

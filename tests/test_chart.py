@@ -287,7 +287,7 @@ def test_ssl_without_a_ca_secret_uses_the_system_cas(
 
 
 def test_values_follow_the_settings_and_scorers(values_schema: dict[str, Any]) -> None:
-    from online.scoring import SCORER_NAMES
+    from online.scorers import SCORER_NAMES
 
     assert set(values_schema["properties"]["scorer"]["enum"]) == set(SCORER_NAMES)
     values = yaml.safe_load((CHART / "values.yaml").read_text())
@@ -679,3 +679,16 @@ def test_renderer_implements_helms_functions(helmrender: Path, tmp_path: Path) -
     (tmp_path / "f.yaml").write_text("need: ok\nfailIt: true\n")
     proc = _run(helmrender, chart, tmp_path / "f.yaml")
     assert proc.returncode != 0 and "asked to fail" in proc.stderr
+
+
+def test_the_registry_key_comes_from_a_secret(helmrender: Path, tmp_path: Path) -> None:
+    """Workers and the trainer get LOOKAROUND_REGISTRY_KEY (signs and checks registry
+    artifacts, docs/security.md) from the Secret ``registry.keySecret``; none without one."""
+    values = write_values(tmp_path, {"registry": {"keySecret": "model-signing"}})
+    for name, spec in pod_specs(render(helmrender, values)).items():
+        env = {e["name"]: e for c in spec["containers"] for e in c.get("env", [])}
+        ref = env["LOOKAROUND_REGISTRY_KEY"]["valueFrom"]["secretKeyRef"]
+        assert ref == {"name": "model-signing", "key": "registry-key"}, name
+    for spec in pod_specs(render(helmrender)).values():
+        env = {e["name"] for c in spec["containers"] for e in c.get("env", [])}
+        assert "LOOKAROUND_REGISTRY_KEY" not in env

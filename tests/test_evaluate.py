@@ -18,7 +18,7 @@ from batch.evaluate import (
     targets,
 )
 from batch.generate import GeneratorConfig
-from online import scoring
+from online import scorers as scoring
 
 RANKING_METRICS = [
     "spearman",

@@ -20,6 +20,7 @@ from online.history import update
 from online.links import link_info
 
 DAY = 86_400
+T0 = 1_767_225_600  # 2026-01-01: fetch times lie after 1990 (the contract's bound)
 PAGE = "https://www.site.org/a/b/"
 
 
@@ -31,7 +32,12 @@ def history(counts: list[int]):
         state, _ = update(
             state,
             parse_event(
-                {"url": PAGE, "fetched_at": d * 7 * DAY, "outlinks": links, "content_size": 100 + d}
+                {
+                    "url": PAGE,
+                    "fetched_at": T0 + d * 7 * DAY,
+                    "outlinks": links,
+                    "content_size": 100 + d,
+                }
             ),
         )
     return state

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import gc
 import gzip
 import math
 import re
 import zlib
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -17,10 +15,11 @@ import numpy as np
 import orjson
 import pytest
 
+from batch.crawlgen.stats import lookaround_correlation, neighbour_correlation, new_outlinks
+from batch.crawlgen.targets import measured
 from batch.generate import (
     PAPER_TARGETS,
     GeneratorConfig,
-    generate_events,
     weekly_statistics,
     write_events,
 )
@@ -36,60 +35,24 @@ CONTENT_FIELDS = {
 }
 GRAPH_FIELDS = {"inlinks_internal", "inlinks_external", "pagerank", "trustrank"}
 ISO_Z = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$")
-
-
-@contextmanager
-def _no_gc() -> Iterator[None]:
-    """Collecting 10^5 retained dicts triggers costly full GC passes; nothing here is cyclic."""
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
-
-
-def _collect(config: GeneratorConfig) -> list[dict[str, Any]]:
-    with _no_gc():
-        return list(generate_events(config))
+Events = list[dict[str, Any]]
+CollectEvents = Callable[[GeneratorConfig], Events]
+MeasuredCrawl = Callable[[GeneratorConfig], tuple[Events, dict[str, Any]]]
 
 
 @pytest.fixture(scope="module")
-def events() -> list[dict[str, Any]]:
-    return _collect(MAIN)
+def events(measured_crawl: MeasuredCrawl) -> list[dict[str, Any]]:
+    return measured_crawl(MAIN)[0]
 
 
 @pytest.fixture(scope="module")
-def stats(events: list[dict[str, Any]]) -> dict[str, Any]:
-    with _no_gc():
-        return weekly_statistics(events)
+def stats(measured_crawl: MeasuredCrawl) -> dict[str, Any]:
+    return measured_crawl(MAIN)[1]
 
 
 def _new_links_by_page(evs: list[dict[str, Any]]) -> dict[str, list[int]]:
-    """Weekly new-outlink counts per page (internal + external), 2xx after 2xx only."""
-    prev: dict[str, set[str]] = {}
-    out: dict[str, list[int]] = {}
-    for ev in evs:
-        url = ev["url"]
-        if ev["status"] != 200:
-            prev.pop(url, None)
-            continue
-        links = set(ev["outlinks"])
-        if url in prev:
-            out.setdefault(url, []).append(len(links - prev[url]))
-        prev[url] = links
-    return out
-
-
-def _neighbour_correlation(vectors: np.ndarray, values: np.ndarray, k: int = 10) -> float:
-    """Pearson r between each page's value and the mean over its k most similar pages."""
-    vecs = vectors.astype(np.float32)
-    neighbours = np.empty((len(vecs), k), dtype=np.int64)
-    for lo in range(0, len(vecs), 2_000):
-        sim = vecs[lo : lo + 2_000] @ vecs.T
-        rows = np.arange(sim.shape[0])
-        sim[rows, lo + rows] = -np.inf
-        neighbours[lo : lo + 2_000] = np.argpartition(-sim, k, axis=1)[:, :k]
-    return float(np.corrcoef(values, values[neighbours].mean(axis=1))[0, 1])
+    """New-outlink counts per page and interval (internal + external), 2xx after 2xx only."""
+    return {u: [len(v) for v in by_crawl.values()] for u, by_crawl in new_outlinks(evs).items()}
 
 
 def _auc(score: np.ndarray, label: np.ndarray) -> float:
@@ -108,7 +71,7 @@ def _auc(score: np.ndarray, label: np.ndarray) -> float:
 @pytest.mark.parametrize("key", sorted(PAPER_TARGETS))
 def test_weekly_statistic_matches_paper(stats: dict[str, Any], key: str) -> None:
     spec = PAPER_TARGETS[key]
-    value = stats["mean"][key]
+    value = measured(stats["mean"], key)
     if "min" in spec:
         assert value >= spec["min"], (
             f"{key}={value:.4f}, paper {spec['paper']}: want >= {spec['min']}"
@@ -179,20 +142,13 @@ def test_look_back_beats_content_change_baseline(events: list[dict[str, Any]]) -
 
 
 def test_embedding_neighbours_share_link_change(events: list[dict[str, Any]]) -> None:
-    counts = _new_links_by_page(events)
-    first: dict[str, list[float]] = {}
-    for ev in events:
-        if ev["status"] == 200:
-            first.setdefault(ev["url"], ev["embedding"])
-    pages = [u for u, weeks in counts.items() if len(weeks) >= 3]
-    values = np.log1p(np.array([np.mean(counts[u]) for u in pages]))
-    r = _neighbour_correlation(np.array([first[u] for u in pages]), values)
+    r = lookaround_correlation(events)
     assert r > 0.3, f"look-around signal too weak: r={r:.3f}"
 
 
-def test_text_mode_clusters_under_hashed_bag_of_words() -> None:
+def test_text_mode_clusters_under_hashed_bag_of_words(collect_events: CollectEvents) -> None:
     config = GeneratorConfig(pages=3_000, crawls=6, seed=3, content="text")
-    evs = _collect(config)
+    evs = collect_events(config)
     alive = [ev for ev in evs if ev["status"] == 200]
     assert all("text" in ev and "embedding" not in ev for ev in alive)
     counts = _new_links_by_page(evs)
@@ -204,11 +160,11 @@ def test_text_mode_clusters_under_hashed_bag_of_words() -> None:
             bow[row, zlib.crc32(word.encode()) % 1024] += 1.0
     bow /= np.linalg.norm(bow, axis=1, keepdims=True)
     values = np.log1p(np.array([np.mean(counts[u]) for u in pages]))
-    r = _neighbour_correlation(bow, values)
+    r = neighbour_correlation(bow, values)
     assert r > 0.3, f"text look-around signal too weak: r={r:.3f}"
 
     # Content streams are separate from the link dynamics: same links in every content mode.
-    same = _collect(GeneratorConfig(pages=3_000, crawls=6, seed=3, content="none"))
+    same = collect_events(GeneratorConfig(pages=3_000, crawls=6, seed=3, content="none"))
     assert [(e["url"], e["outlinks"]) for e in evs] == [(e["url"], e["outlinks"]) for e in same]
 
 
@@ -345,15 +301,19 @@ def test_weekly_statistics_rules() -> None:
 # -- determinism and files ---------------------------------------------------------------------
 
 
-def test_same_seed_same_events_other_seed_differs() -> None:
+def test_same_seed_same_events_other_seed_differs(collect_events: CollectEvents) -> None:
     small = GeneratorConfig(pages=1_500, crawls=3, seed=11, content="both")
-    first = orjson.dumps(_collect(small))
-    assert first == orjson.dumps(_collect(small))
-    other = orjson.dumps(_collect(GeneratorConfig(pages=1_500, crawls=3, seed=12, content="both")))
+    first = orjson.dumps(collect_events(small))
+    assert first == orjson.dumps(collect_events(small))
+    other = orjson.dumps(
+        collect_events(GeneratorConfig(pages=1_500, crawls=3, seed=12, content="both"))
+    )
     assert first != other
 
 
-def test_write_events_is_byte_identical_and_round_trips(tmp_path: Path) -> None:
+def test_write_events_is_byte_identical_and_round_trips(
+    tmp_path: Path, collect_events: CollectEvents
+) -> None:
     config = GeneratorConfig(pages=1_200, crawls=3, seed=5)
     one, two, plain = tmp_path / "a.jsonl.gz", tmp_path / "b.jsonl.gz", tmp_path / "c.jsonl"
     summary = write_events(one, config, progress=False)
@@ -365,16 +325,18 @@ def test_write_events_is_byte_identical_and_round_trips(tmp_path: Path) -> None:
     with gzip.open(one, "rb") as fh:
         unzipped = fh.read()
     assert unzipped == plain.read_bytes()
-    expected = b"".join(orjson.dumps(ev) + b"\n" for ev in _collect(config))
+    expected = b"".join(orjson.dumps(ev) + b"\n" for ev in collect_events(config))
     assert unzipped == expected
 
 
-def test_content_modes() -> None:
+def test_content_modes(collect_events: CollectEvents) -> None:
     for mode, present, absent in (
         ("both", {"embedding", "text"}, set()),
         ("none", set(), {"embedding", "text"}),
     ):
-        evs = _collect(GeneratorConfig(pages=300, crawls=2, seed=1, content=mode, embedding_dim=16))
+        evs = collect_events(
+            GeneratorConfig(pages=300, crawls=2, seed=1, content=mode, embedding_dim=16)
+        )
         alive = [ev for ev in evs if ev["status"] == 200]
         assert all(present <= set(ev) and not absent & set(ev) for ev in alive)
         if "embedding" in present:

@@ -25,7 +25,7 @@ SCRIPTS = {
     "replay reader and writer": """
         import multiprocessing as mp, sys, time
         from pathlib import Path
-        from streams.reader import read_batches
+        from batch.reader import read_batches
         from streams.run_outputs import RunOutputs
         batches = read_batches(Path(sys.argv[1]), batch_size=10, parallel=True)
         next(batches)
@@ -35,7 +35,7 @@ SCRIPTS = {
     """,
     "live parser pool": """
         import multiprocessing as mp, os, time
-        from streams.helper_processes import helper_pool
+        from batch.helper_processes import helper_pool
         pool = helper_pool(1)
         assert pool.submit(os.getpid).result() != os.getpid()
         print(*[p.pid for p in mp.active_children()], flush=True)

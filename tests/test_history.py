@@ -20,10 +20,13 @@ from online.history import (
 
 PAGE = "https://www.site.org/news/"
 DAY = 86_400
+T0 = 1_767_225_600
 
 
 def fetch(t: float, links: list[str], status: int = 200, **extra: object):
-    return parse_event({"url": PAGE, "fetched_at": t, "outlinks": links, "status": status, **extra})
+    """A fetch ``t`` seconds after 2026-01-01 (the contract accepts no time before 1990)."""
+    event = {"url": PAGE, "fetched_at": T0 + t, "outlinks": links, "status": status, **extra}
+    return parse_event(event)
 
 
 def internal(i: int) -> str:

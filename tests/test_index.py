@@ -5,12 +5,12 @@ import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
+from batch.knn_graph import knn_graph
 from online.index import (
     FaissIndex,
     VectorIndex,
     default_nlist,
     exact_search,
-    knn_graph,
     neighbour_weights,
     recall_at_k,
 )

@@ -168,7 +168,7 @@ def test_slot_record_builds_what_the_dataclass_builds() -> None:
     assert build(1, "y", 2.5) == Triple(1, "y", 2.5)
     with pytest.raises(TypeError, match="takes 3 values"):
         build(1, 2)
-    event = b'{"url": "https://a.org/", "fetched_at": 5, "outlinks": ["https://a.org/b"]}'
+    event = b'{"url": "https://a.org/", "fetched_at": 1767607205, "outlinks": ["https://a.org/b"]}'
     fetch = parse_fetch(event)
     values = [getattr(fetch, name) for name in _FETCH_FIELDS]
     assert _new_fetch(*values) == Fetch(*values) == fetch

@@ -171,3 +171,17 @@ def test_learn_array_equals_learn_many(kind) -> None:
         for key, model in by_frames._models.items():
             assert dict(by_arrays._models[key]._weights) == dict(model._weights), key
             assert by_arrays._models[key].intercept == model.intercept, key
+
+
+def test_hedge_learns_where_the_mix_loss_underflows() -> None:
+    """A large learning rate and all the weight on an expert far from this round's best
+    loss: the mixture's loss underflows in the direct sum ("math domain error", which a live
+    worker's 100,000-page bench logged at every epoch); taken in logs it is finite."""
+    from online.hedge import AdaHedge
+
+    hedge = AdaHedge.from_state({"k": 2, "cumulative": [0.0, 100.0], "gap": 1e-3, "rounds": 9})
+    assert hedge.eta > 600 and hedge.weights().tolist() == [1.0, 0.0]
+    hedge.learn(np.array([[2.0, 0.0]]))  # exp(-eta * 2) underflows to 0
+    # the mixture lost what its one weighted expert lost: no gap added, the weights unchanged
+    assert hedge.gap == pytest.approx(1e-3) and hedge.rounds == 10
+    assert hedge.cumulative.tolist() == [2.0, 100.0] and hedge.weights().tolist() == [1.0, 0.0]

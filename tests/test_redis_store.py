@@ -8,11 +8,15 @@ import uuid
 import numpy as np
 import pytest
 
+from online.ensemble_state import EnsembleState
 from online.features import N_STATS
+from online.hedge import AdaHedge
 from online.history import states_equal
+from online.related_updates import GroupGain, SiblingFollow
+from online.stores import MemoryPageStore, Neighbours, PageWrites
 from streams.redis_store import RedisPageStore
-from streams.stores import MemoryPageStore, Neighbours, PageWrites
 from tests.test_pipeline import comparable, crawl, run
+from tests.test_related_updates import related_of, site
 
 redis = pytest.importorskip("redis")
 
@@ -20,14 +24,8 @@ REDIS_URL = "redis://127.0.0.1:6379/0"
 
 
 @pytest.fixture(scope="module")
-def client():
-    c = redis.Redis.from_url(REDIS_URL, socket_connect_timeout=1)
-    try:
-        c.ping()
-    except redis.ConnectionError as exc:  # pragma: no cover - environment
-        pytest.skip(f"no Redis at {REDIS_URL}: {exc}")
-    yield c
-    c.close()
+def client(redis_client):
+    return redis_client
 
 
 @pytest.fixture
@@ -99,7 +97,7 @@ def test_learner_written_with_pages_and_ttl(client):
         events = crawl(pages=3, rounds=1)
         mem = MemoryPageStore()
         run(events, batch=10, store=mem)
-        learner = {"weights": [1.0, 2.0], "seen": 3}
+        learner = EnsembleState(AdaHedge(2), epochs=3)  # stored as data, not pickle
         store.write(
             PageWrites(
                 states=dict(mem.states),
@@ -108,7 +106,7 @@ def test_learner_written_with_pages_and_ttl(client):
                 learner=learner,
             )
         )
-        assert store.get_learner() == learner
+        assert store.get_learner().to_bytes() == learner.to_bytes()
         assert client.get(f"{prefix}learner:w7") is not None
         state_key = store.state_key(next(iter(mem.states)))
         assert 0 < client.ttl(state_key) <= 60
@@ -129,3 +127,29 @@ def test_stats_of_mixed_known_unknown_and_corrupt_pages(store, client):
     client.set(f"{store.prefix}t:11", b"\x00" * 7)
     with pytest.raises(ValueError, match="stats row"):
         store.get_stats(np.array([5, 11], dtype=np.int64))
+
+
+def test_sibling_groups_gains_and_follow_through_redis(store):
+    """A multilingual site through Redis gives the related updates the memory store gives;
+    a group's gain is only replaced by a newer one (a redelivered batch cannot regress it)."""
+    events = site(rounds=4)
+    assert related_of(events, batch=7, store=store) == related_of(events, batch=1)
+    urls = sorted({e.url for e in events if "/deploy/" in e.url})
+    group = store.get_siblings(["docs.example.org/guides/deploy/"])[0]
+    assert sorted(group.urls) == urls and len(group.ids) == 3
+    assert group.gain is not None and group.gain.links == 1.0
+    assert store.get_follow() == SiblingFollow(2.0, 1.0, 2, 1)
+    older = group.gain._replace(at=group.gain.at - 1.0, internal=9.0)
+    store.write(
+        PageWrites(
+            states={}, stats={}, neighbours={}, gains={"docs.example.org/guides/deploy/": older}
+        )
+    )
+    assert store.get_siblings(["docs.example.org/guides/deploy/"])[0].gain == group.gain
+    newer = GroupGain(group.gain.at + 1.0, 2.0, 0.0, 7, group.gain.at)
+    store.write(
+        PageWrites(
+            states={}, stats={}, neighbours={}, gains={"docs.example.org/guides/deploy/": newer}
+        )
+    )
+    assert store.get_siblings(["docs.example.org/guides/deploy/"])[0].gain == newer

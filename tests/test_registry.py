@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
+import os
+import subprocess
+import sys
 from datetime import datetime
 from pathlib import Path
 
@@ -11,7 +15,14 @@ import numpy as np
 import pytest
 
 from batch.models import LinkModel
-from batch.registry import ArtifactRefused, ModelRegistry, ModelWatcher
+from batch.registry import (
+    DEFAULT_POLL_SECONDS,
+    ArtifactRefused,
+    ModelRegistry,
+    ModelWatcher,
+    _signature,
+)
+from streams.scorers import build_scorer
 
 FEATURES = ["dp_new_internal_1", "dp_new_external_1", "sp_content_size"]
 
@@ -27,6 +38,14 @@ def _model(seed: int = 0) -> LinkModel:
 
 def _register(reg: ModelRegistry, seed: int = 0):
     return reg.register(_model(seed), training={"rows": 300}, scores={"yield_share_10": 0.5})
+
+
+def _write_signed(reg: ModelRegistry, path: Path, meta: dict) -> None:
+    """Rewrite meta.json as the key's holder would (re-signed): what the checks after the
+    signature see."""
+    model_bytes = (path.parent / "model.pkl").read_bytes()
+    meta["hmac"] = _signature(reg.key, model_bytes, meta)
+    path.write_text(json.dumps(meta))
 
 
 def test_round_trip(tmp_path: Path) -> None:
@@ -58,7 +77,7 @@ def test_tampered_pickle_is_refused(tmp_path: Path) -> None:
     _register(reg)
     with open(tmp_path / "link" / "000001" / "model.pkl", "ab") as f:
         f.write(b"\x00")
-    with pytest.raises(ArtifactRefused, match="checksum mismatch"):
+    with pytest.raises(ArtifactRefused, match="HMAC mismatch"):
         reg.load()
 
 
@@ -69,7 +88,7 @@ def test_incompatible_versions_are_refused(tmp_path: Path, library: str) -> None
     path = tmp_path / "link" / "000001" / "meta.json"
     meta = json.loads(path.read_text())
     meta["libraries"][library] = "0.1.0"
-    path.write_text(json.dumps(meta))
+    _write_signed(reg, path, meta)
     with pytest.raises(ArtifactRefused, match=rf"made with {library} 0\.1\.0"):
         reg.load()
 
@@ -81,7 +100,7 @@ def test_patch_versions_are_compatible(tmp_path: Path) -> None:
     meta = json.loads(path.read_text())
     major, minor = meta["libraries"]["numpy"].split(".")[:2]
     meta["libraries"]["numpy"] = f"{major}.{minor}.999"
-    path.write_text(json.dumps(meta))
+    _write_signed(reg, path, meta)
     assert reg.load().version == "000001"
 
 
@@ -133,7 +152,7 @@ def test_watcher_picks_up_new_versions_and_keeps_the_old_one_when_refused(
     with caplog.at_level(logging.WARNING, logger="batch.registry"):
         kept = watcher.current()
     assert kept.version == "000002" and watcher.refused == 1
-    assert "checksum" in caplog.text and "keeping link/000002" in caplog.text
+    assert "HMAC mismatch" in caplog.text and "keeping link/000002" in caplog.text
     clock.t = 200
     assert watcher.current().version == "000002" and watcher.refused == 1  # not retried
     # a fourth version needing a feature the pipeline lacks is refused too
@@ -147,3 +166,35 @@ def test_watcher_picks_up_new_versions_and_keeps_the_old_one_when_refused(
     _register(reg, seed=3)  # a good fifth one is taken
     clock.t = 400
     assert watcher.current().version == "000005"
+
+
+#: Run in a fresh interpreter: the training libraries the settings must not import.
+_SETTINGS_PROBE = """
+import sys
+from batch.registry import DEFAULT_POLL_SECONDS
+from streams.settings import Settings
+assert Settings().registry_poll_seconds == DEFAULT_POLL_SECONDS
+print(sorted(m for m in ("sklearn", "pandas", "scipy", "batch.models") if m in sys.modules))
+"""
+
+
+def test_the_poll_period_has_one_default_that_the_settings_read_without_training_libraries() -> (
+    None
+):
+    """`DEFAULT_POLL_SECONDS` is the watcher's default, `build_scorer`'s and the setting's; the
+    settings read it from `batch.registry` without importing scikit-learn, pandas or SciPy
+    (every command loads the settings)."""
+    for function in (ModelWatcher, build_scorer):
+        assert (
+            inspect.signature(function).parameters["poll_seconds"].default == DEFAULT_POLL_SECONDS
+        )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LOOKAROUND_")}
+    done = subprocess.run(
+        [sys.executable, "-c", _SETTINGS_PROBE],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"

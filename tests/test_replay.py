@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from batch.generate import GeneratorConfig, generate_events
 from online.events import PriorityUpdate
 from online.links import is_internal, normalize_url
-from online.scoring import DEFAULT_SCORER
+from online.scorers import DEFAULT_SCORER
 from streams.cli import app
 from streams.replay import read_priorities, replay
 
@@ -26,7 +26,7 @@ BAD_LINES = [
     b"{this is not json",
     b'{"fetched_at": "2026-01-05T00:00:00Z", "outlinks": []}',
     b'{"url": "ftp://x.org/", "fetched_at": 0, "outlinks": []}',
-    b'{"url": "https://x.org/", "fetched_at": 0, "outlinks": [], "embedding": [0.5, 0.5]}',
+    b'{"url": "https://x.org/", "fetched_at": 1767225600, "outlinks": [], "embedding": [0.5, 0.5]}',
 ]
 
 

@@ -2,7 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from online.scoring import SCORERS, LBLAScorer, get_scorer
+from online.scorers import SCORERS, get_scorer
+from online.scoring import LBLAScorer
 
 
 def lags(side: str, counts: list[float], days: float = 7.0) -> dict[str, float]:

@@ -27,6 +27,10 @@ from streams.replay import replay
 SEM16 = [f"sem_{j}" for j in range(16)]
 
 
+#: 2026-01-01T00:00:00Z: fetch times must lie after 1990 (the contract's bound).
+T0 = 1_767_225_600
+
+
 def _crawl(base: Path, content: str, crawls: int = 3) -> tuple[Path, Path]:
     events = base / f"{content}.jsonl.gz"
     config = GeneratorConfig(pages=200, crawls=crawls, seed=5, content=content)
@@ -108,24 +112,31 @@ def test_text_fallback_url_normalisation_duplicates_and_gaps(tmp_path: Path) -> 
     raw[3] += 1.0
     emb = (2 * raw).tolist()  # not a unit vector: the replay normalises it
     lines = [
-        {"url": "HTTPS://Example.com/a#x", "fetched_at": 1000, "outlinks": [], "embedding": emb},
+        {
+            "url": "HTTPS://Example.com/a#x",
+            "fetched_at": T0 + 1000,
+            "outlinks": [],
+            "embedding": emb,
+        },
         {
             "url": "https://example.com/a",
-            "fetched_at": 1000,
+            "fetched_at": T0 + 1000,
             "outlinks": [],
             "text": "cheap flights to rome",
         },
         {
             "url": "https://example.com/b",
-            "fetched_at": 1000.5,
+            "fetched_at": T0 + 1000.5,
             "outlinks": [],
             "text": "cheap flights to rome",
         },
-        {"url": "https://example.com/c", "fetched_at": 1001, "outlinks": []},
-        {"url": "ftp://bad", "fetched_at": 1001, "outlinks": []},
+        {"url": "https://example.com/c", "fetched_at": T0 + 1001, "outlinks": []},
+        {"url": "ftp://bad", "fetched_at": T0 + 1001, "outlinks": []},
     ]
     events.write_bytes(b"".join(orjson.dumps(x) + b"\n" for x in lines))
-    at = pd.to_datetime([1000_000, 1000_500, 1001_000, 2000_000], unit="ms", utc=True)
+    at = pd.to_datetime(
+        [T0 * 1000 + ms for ms in (1000_000, 1000_500, 1001_000, 2000_000)], unit="ms", utc=True
+    )
     df = pd.DataFrame(
         {"url": [f"https://example.com/{p}" for p in "abcd"], "fetched_at": at.as_unit("ms")}
     )

@@ -21,11 +21,15 @@ from online.features import (
 )
 from online.history import update
 from online.links import link_info
+from online.scored import iso as _iso
+from online.scored import iso_many as _iso_many
+from online.scored import micros_many as _micros_many
+from online.scored import next_fetch_iso as _next_fetch_iso
+from online.stores import MemoryPageStore, PageWrites
 from streams.gcpolicy import frozen_survivors
-from streams.pipeline import _iso, _iso_many, _micros_many, _next_fetch_iso
-from streams.stores import MemoryPageStore, PageWrites
 
 DAY = 86_400
+T0 = 1_767_571_200  # 2026-01-05T00:00:00Z: fetch times the event contract accepts
 
 
 def _pages(n_pages: int, fetches: int, seed: int) -> list:
@@ -39,7 +43,7 @@ def _pages(n_pages: int, fetches: int, seed: int) -> list:
             links += [f"https://other.net/{f}-{i}" for i in range(rng.integers(0, 2))]
             event = {
                 "url": f"https://www.s{p % 3}.org/{'d/' * (p % 4)}p{p}",
-                "fetched_at": f * 7 * DAY + int(rng.integers(0, DAY)),
+                "fetched_at": T0 + f * 7 * DAY + int(rng.integers(0, DAY)),
                 "outlinks": links,
                 "status": 500 if rng.random() < 0.1 else 200,
                 "content_digest": str(rng.integers(0, 2)),

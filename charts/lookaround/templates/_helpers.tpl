@@ -123,6 +123,13 @@ secretKeyRef (never a value in the chart).
       name: {{ .Values.redis.existingSecret }}
       key: {{ .Values.redis.passwordKey }}
 {{- end }}
+{{- if .Values.registry.keySecret }}
+- name: LOOKAROUND_REGISTRY_KEY
+  valueFrom:
+    secretKeyRef:
+      name: {{ .Values.registry.keySecret }}
+      key: {{ .Values.registry.keyKey }}
+{{- end }}
 {{- with .Values.extraEnv }}
 {{ toYaml . }}
 {{- end }}

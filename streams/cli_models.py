@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated
@@ -10,11 +11,23 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from batch.models import DEFAULT_KIND
+from batch.datasets import resolve_feature_set
+from batch.evaluate import load_rows
+from batch.generate import GeneratorConfig, write_events
+from batch.models import DEFAULT_KIND, KINDS
+from batch.registry import ModelRegistry
+from batch.train import train_and_register
+from streams.replay import replay
+from streams.settings import Settings
 
 console = Console(stderr=True)
 
 KIND_HELP = "extratrees, ngboost, hgb, negbin or hurdle"
+
+
+def _out() -> Console:
+    """stdout for results: as wide as the terminal, or unlimited when piped (no wrapping)."""
+    return Console(soft_wrap=True, width=None if sys.stdout.isatty() else 1000)
 
 
 def _progress_step():  # type: ignore[no-untyped-def]
@@ -37,7 +50,10 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def train(
         run_dir: Annotated[
-            Path, typer.Argument(exists=True, file_okay=False, help="Run directory of a replay.")
+            Path,
+            typer.Argument(
+                exists=True, file_okay=False, metavar="RUN_DIR", help="Run directory of a replay."
+            ),
         ],
         registry: Annotated[
             Path | None,
@@ -58,12 +74,11 @@ def register(app: typer.Typer) -> None:
         ] = True,
         name: Annotated[str, typer.Option(help="Model name in the registry.")] = "link",
     ) -> None:
-        """Fit a batch model on RUN_DIR, score it on held-out crawls, register it."""
-        from batch.datasets import resolve_feature_set
-        from batch.models import KINDS
-        from batch.registry import ModelRegistry
-        from batch.train import train_and_register
-        from streams.settings import Settings
+        """Fit a batch model on a run and register it.
+
+        Scores it on held-out crawls first (the last --holdout-crawls), then refits on all
+        labelled rows of RUN_DIR.
+        """
 
         if kind not in KINDS:
             raise typer.BadParameter(f"unknown kind {kind!r}; choose one of {', '.join(KINDS)}")
@@ -90,9 +105,9 @@ def register(app: typer.Typer) -> None:
             for key, value in result.scores.items():
                 shown = f"{value:.4f}" if isinstance(value, float) else f"{value}"
                 table.add_row(key, shown)
-            Console().print(table)
+            _out().print(table)
         art = result.artifact
-        console.print(
+        _out().print(
             f"registered [bold]{art.id}[/] ({art.meta['kind']}, {len(art.meta['features'])} "
             f"features, {result.training['rows_fitted']:,} rows) in {root}"
         )
@@ -108,10 +123,14 @@ def register(app: typer.Typer) -> None:
         ] = None,
         pages: Annotated[int, typer.Option(min=10, help="Without --run: generate pages.")] = 20_000,
         crawls: Annotated[int, typer.Option(min=4, help="Without --run: weekly crawls.")] = 10,
-        seed: Annotated[int, typer.Option()] = 0,
-        holdout_crawls: Annotated[int, typer.Option(min=1)] = 2,
+        seed: Annotated[int, typer.Option(help="Seed of the crawl and the models.")] = 0,
+        holdout_crawls: Annotated[
+            int, typer.Option(min=1, help="Last crawls held out for judging.")
+        ] = 2,
         grid_trees: Annotated[int, typer.Option(min=1, help="Trees in the NL/LCR grids.")] = 50,
-        grid_rows: Annotated[int, typer.Option(min=100)] = 40_000,
+        grid_rows: Annotated[
+            int, typer.Option(min=100, help="Training rows sampled for the NL/LCR grids.")
+        ] = 40_000,
         models: Annotated[
             str, typer.Option(help=f"Comma list of batch models ({KIND_HELP}).")
         ] = "extratrees,ngboost,hgb,negbin,hurdle",
@@ -122,16 +141,18 @@ def register(app: typer.Typer) -> None:
             ),
         ] = False,
     ) -> None:
-        """Reproduce the paper's experiments (NL by history and feature set, LCR, rankings,
-        count models) as a report: experiment.md / experiment.html, CSVs and plots in OUT."""
-        from batch.evaluate import load_rows
+        """Reproduce the paper's experiments as a report.
+
+        NL by history and feature set, LCR, rankings, count models: experiment.md /
+        experiment.html, CSVs and plots in OUT.
+        """
+        # Deferred: batch.experiment loads matplotlib, a start-up cost every command would pay.
         from batch.experiment import (
             ExperimentConfig,
             run_events_file,
             run_experiment,
             semantic_rows,
         )
-        from batch.models import KINDS
 
         kinds = tuple(k.strip() for k in models.split(",") if k.strip())
         bad = [k for k in kinds if k not in KINDS]
@@ -140,9 +161,6 @@ def register(app: typer.Typer) -> None:
         step = _progress_step()
         out.mkdir(parents=True, exist_ok=True)
         if run is None:
-            from batch.generate import GeneratorConfig, write_events
-            from streams.replay import replay
-
             events = out / "crawl.jsonl.gz"
             with step(f"generating {pages:,} pages × {crawls} crawls"):
                 write_events(
@@ -209,5 +227,7 @@ def register(app: typer.Typer) -> None:
                     for c in ("yield_share_10", "p_auc", "spearman")
                 ),
             )
-        Console().print(table)
-        console.print(f"report: {result.html} (also {result.markdown.name}, CSVs, plots/)")
+        _out().print(table)
+        _out().print(
+            f"report: {result.html} (also {result.markdown.name}, CSVs, plots/)", highlight=False
+        )

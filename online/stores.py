@@ -17,38 +17,77 @@ import numpy as np
 
 from online.features import N_STATS
 from online.history import PageState
+from online.links import url_id
+from online.related_updates import GroupGain, SiblingFollow, SiblingGroup
+from online.schedule import Allocation
 
 
 @dataclass(frozen=True, slots=True)
 class Neighbours:
-    """A page's related pages: ids, weights summing to 1, and the index size when found."""
+    """A page's related pages: ids, weights summing to 1, the index size when found and the
+    direction of the vector they were found with (`direction_codes`; None: unknown).
+
+    Stored as bytes, versioned: version 2 carries the found-with direction (int8 codes), and
+    version 1, written before it was kept, is still read, its direction unknown.
+    """
 
     ids: np.ndarray
     weights: np.ndarray
     index_size: int
+    found_with: np.ndarray | None = None
 
     _HEAD = struct.Struct("<BIH")
+    _DIM = struct.Struct("<H")
 
     def to_bytes(self) -> bytes:
+        body = self.ids.astype("<i8").tobytes() + self.weights.astype("<f4").tobytes()
+        if self.found_with is None:
+            return self._HEAD.pack(1, self.index_size, len(self.ids)) + body
+        codes = self.found_with.astype(np.int8)
         return (
-            self._HEAD.pack(1, self.index_size, len(self.ids))
-            + self.ids.astype("<i8").tobytes()
-            + self.weights.astype("<f4").tobytes()
+            self._HEAD.pack(2, self.index_size, len(self.ids))
+            + self._DIM.pack(len(codes))
+            + body
+            + codes.tobytes()
         )
 
     @classmethod
     def from_bytes(cls, data: bytes) -> Neighbours:
         version, index_size, n = cls._HEAD.unpack_from(data, 0)
-        if version != 1:
+        if version not in (1, 2):
             raise ValueError("unknown neighbours format")
         offset = cls._HEAD.size
+        dim = 0
+        if version == 2:
+            (dim,) = cls._DIM.unpack_from(data, offset)
+            offset += cls._DIM.size
         ids = np.frombuffer(data, dtype="<i8", count=n, offset=offset)
         weights = np.frombuffer(data, dtype="<f4", count=n, offset=offset + 8 * n)
-        return cls(ids.astype(np.int64), weights.astype(np.float32), index_size)
+        found_with = None
+        if version == 2:
+            found_with = np.frombuffer(data, dtype=np.int8, count=dim, offset=offset + 12 * n)
+            found_with = found_with.copy()
+        return cls(ids.astype(np.int64), weights.astype(np.float32), index_size, found_with)
 
 
-def stats_to_bytes(row: np.ndarray) -> bytes:
+def direction_codes(vector: np.ndarray) -> np.ndarray:
+    """A vector's direction in one byte a dimension: int8 codes proportional to it (the
+    largest component at +-127). What a page's related pages were found with is kept this
+    way (`Neighbours.found_with`); a cosine similarity needs no more than the direction."""
+    v = np.asarray(vector, dtype=np.float64).reshape(-1)
+    top = float(np.max(np.abs(v))) if v.size else 0.0
+    if not np.isfinite(top) or top == 0.0:
+        return np.zeros(v.size, dtype=np.int8)
+    return np.rint(v * (127.0 / top)).astype(np.int8)
+
+
+def row_to_bytes(row: np.ndarray) -> bytes:
+    """A float32 row (a page's stats or its feature row) as little-endian bytes."""
     return row.astype("<f4").tobytes()
+
+
+#: Stats rows are stored as any other float32 row.
+stats_to_bytes = row_to_bytes
 
 
 def stats_from_bytes(data: bytes) -> np.ndarray:
@@ -56,10 +95,6 @@ def stats_from_bytes(data: bytes) -> np.ndarray:
     if row.shape != (N_STATS,):
         raise ValueError(f"stats row of {row.size} values, expected {N_STATS}")
     return row.astype(np.float32)
-
-
-def row_to_bytes(row: np.ndarray) -> bytes:
-    return row.astype("<f4").tobytes()
 
 
 def row_from_bytes(data: bytes) -> np.ndarray:
@@ -82,6 +117,39 @@ class PageWrites:
     neighbours: dict[int, Neighbours]
     rows: dict[int, np.ndarray] = field(default_factory=dict)
     learner: object | None = None
+    #: URLs of pages seen for the first time, by sibling key (`online.links.sibling_key`),
+    #: in order
+    siblings: dict[str, list[str]] = field(default_factory=dict)
+    #: each sibling group's latest gain where the batch changed it (`online.related_updates`)
+    gains: dict[str, GroupGain] = field(default_factory=dict)
+    #: what siblings following a gain showed, after the batch; None when unchanged
+    follow: SiblingFollow | None = None
+    #: the budget schedule's state after the batch (`online.schedule`), None when unchanged
+    allocation: Allocation | None = None
+
+
+def merge_records(target: PageWrites | MemoryPageStore, writes: PageWrites) -> None:
+    """Lay ``writes`` over ``target``'s per-page records (states, neighbours, rows, siblings,
+    group gains) and its learner, sibling-follow state and allocation where the batch changed
+    them; stats rows are each holder's own to keep."""
+    target.states.update(writes.states)
+    target.neighbours.update(writes.neighbours)
+    target.rows.update(writes.rows)
+    for key, urls in writes.siblings.items():
+        target.siblings.setdefault(key, []).extend(urls)
+    target.gains.update(writes.gains)
+    if writes.learner is not None:
+        target.learner = writes.learner
+    if writes.follow is not None:
+        target.follow = writes.follow
+    if writes.allocation is not None:
+        target.allocation = writes.allocation
+
+
+def sibling_group(urls: Sequence[str], gain: GroupGain | None) -> SiblingGroup:
+    """A group from its members' URLs (their page ids derived) and its latest gain."""
+    ids = np.fromiter((url_id(u) for u in urls), dtype=np.int64, count=len(urls))
+    return SiblingGroup(tuple(urls), ids, gain)
 
 
 class PageStore(Protocol):
@@ -101,6 +169,19 @@ class PageStore(Protocol):
         """The online learner as last written, or None."""
         ...
 
+    def get_siblings(self, keys: Sequence[str]) -> list[SiblingGroup]:
+        """Per sibling key, the pages that share it (in the order they were first seen) and
+        the group's latest gain."""
+        ...
+
+    def get_follow(self) -> SiblingFollow | None:
+        """What siblings following a gain showed, as last written, or None."""
+        ...
+
+    def get_allocation(self) -> Allocation | None:
+        """The budget schedule's state as last written, or None (read only with a budget)."""
+        ...
+
     def write(self, writes: PageWrites) -> None: ...
 
 
@@ -112,6 +193,10 @@ class MemoryPageStore:
         self.neighbours: dict[int, Neighbours] = {}
         self.rows: dict[int, np.ndarray] = {}
         self.learner: object | None = None
+        self.siblings: dict[str, list[str]] = {}
+        self.gains: dict[str, GroupGain] = {}
+        self.follow: SiblingFollow | None = None
+        self.allocation: Allocation | None = None
         self._stats_row: dict[int, int] = {}
         self._stats = np.full((1024, N_STATS), np.nan, dtype=np.float32)
         # Sorted page ids and their stats rows: a batch's ~20k neighbour lookups are one
@@ -142,16 +227,21 @@ class MemoryPageStore:
     def get_learner(self) -> object | None:
         return self.learner
 
+    def get_siblings(self, keys: Sequence[str]) -> list[SiblingGroup]:
+        return [sibling_group(self.siblings.get(key, ()), self.gains.get(key)) for key in keys]
+
+    def get_follow(self) -> SiblingFollow | None:
+        return self.follow
+
+    def get_allocation(self) -> Allocation | None:
+        return self.allocation
+
     def stats(self, page_id: int) -> np.ndarray | None:
         row = self._stats_row.get(page_id)
         return None if row is None else self._stats[row].copy()
 
     def write(self, writes: PageWrites) -> None:
-        self.states.update(writes.states)
-        self.neighbours.update(writes.neighbours)
-        self.rows.update(writes.rows)
-        if writes.learner is not None:
-            self.learner = writes.learner
+        merge_records(self, writes)
         added: list[int] = []
         rows: list[int] = []
         for pid in writes.stats:

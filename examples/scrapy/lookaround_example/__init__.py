@@ -1,0 +1,1 @@
+"""An example Scrapy project in lookaround's loop (see settings.py and spiders/site.py)."""

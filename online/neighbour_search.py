@@ -1,0 +1,265 @@
+"""Related pages for a batch's events, each found as of its place in the stream.
+
+One search against the index as it stood before the batch, merged with the batch's own
+earlier vectors: a page whose vector the batch changed is not found by its old vector after
+the change, and a page the batch brought is found by the events after it. Similarities are
+then recomputed exactly, the same way for every candidate, so the neighbours do not depend on
+which search path found them, nor on how a stream was cut into batches.
+
+A page's related pages are searched again only when its vector has moved materially since the
+one they were found with (`moved_materially`): real pages drift a little on most fetches, and
+a search on every drift would be most of the work. A page whose vector changed without moving
+that far still takes its new vector into the index (and is found by it), only its own search
+is skipped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from online.events import Fetch
+from online.history import Kind
+from online.index import VectorIndex, neighbour_weights
+from online.stores import Neighbours
+
+#: Extra candidates fetched beyond k, so near-ties at the k-th place are settled by the exact
+#: recomputed similarities rather than by the search path.
+_MARGIN = 5
+#: Rows per block when similarities are recomputed (bounds the temporary array).
+_CHUNK = 128
+#: Query rows per index search task: the search thread takes them in order, and those it has
+#: not started when the batch's other work is done are searched by the main thread.
+_SEARCH_CHUNK = 128
+#: A page's related pages are searched again when the cosine similarity of its vector to the
+#: one they were found with falls below this (`PipelineConfig.drift_similarity`); chosen by
+#: measurement on drifting crawls (bench/drift_neighbours.py, docs/benchmarks.md).
+DEFAULT_DRIFT_SIMILARITY = 0.995
+#: A page whose vector changed, however little, has its related pages searched again once the
+#: index has grown this much since they were found (`PipelineConfig.drift_growth`): the search
+#: that a drift postpones would also have brought the pages indexed since.
+DEFAULT_DRIFT_GROWTH = 1.1
+
+
+def moved_materially(vector: np.ndarray, found_with: np.ndarray | None, threshold: float) -> bool:
+    """Whether a page whose vector changed to ``vector`` needs its related pages searched
+    again: its cosine similarity to the direction they were found with (``found_with``, int8
+    codes, `online.stores.direction_codes`) is below ``threshold``. An unknown direction
+    (None: neighbours stored before it was kept), a zero vector and a threshold of 1 or more
+    always search."""
+    if found_with is None or threshold >= 1.0:
+        return True
+    codes = found_with.astype(np.float64)
+    v = np.asarray(vector, dtype=np.float64).reshape(-1)
+    norms = float(np.sqrt((v @ v) * (codes @ codes)))
+    if not norms > 0.0:
+        return True
+    return float(v @ codes) / norms < threshold
+
+
+@dataclass(slots=True)
+class PlannedEvent:
+    """One event as the plan stage saw it: applied, duplicate or stale; the vector it gives
+    its page in the index, if any (``vector``: a new one, or the indexed one for a search);
+    whether its related pages are searched now (``search``, from ``vector``, whose direction
+    is ``found_with``); its page's stored neighbours."""
+
+    event: Fetch
+    page_id: int
+    kind: Kind
+    vector: np.ndarray | None = None
+    vector_fp: int = 0
+    search: bool = False
+    neighbours: Neighbours | None = None
+    indexed_fp: int = 0
+    found_with: np.ndarray | None = None
+
+    def planned_vector(self) -> np.ndarray:
+        """The vector its search uses (every event planned for a search has one)."""
+        assert self.vector is not None
+        return self.vector
+
+
+@dataclass(slots=True)
+class Search:
+    """A batch's index search in flight: the rows that bring a vector (``todo``), their query
+    data, which of them need neighbours (``asks``, row positions) and the search of each chunk
+    of those (``(future, start, end)``, positions in ``asks``)."""
+
+    todo: list[PlannedEvent]
+    queries: np.ndarray | None = None
+    ids: np.ndarray | None = None
+    asks: np.ndarray | None = None
+    size_before: int = 0
+    in_index: np.ndarray | None = None
+    moved: np.ndarray | None = None
+    k: int = 0
+    parts: list[tuple[Future, int, int]] = field(default_factory=list)
+
+    def found(self, index: VectorIndex) -> np.ndarray:
+        """The candidate ids of every row. Chunks the search thread has not started yet are
+        searched here, from the last one back, while it works forward: the caller would
+        only wait for them."""
+        assert self.queries is not None and self.ids is not None and self.asks is not None
+        if not self.parts:
+            return np.full((len(self.asks), 0), -1, np.int64)
+        found: list[np.ndarray | None] = [None] * len(self.parts)
+        for at in range(len(self.parts) - 1, -1, -1):
+            future, lo, hi = self.parts[at]
+            if not future.cancel():
+                break  # started: so are all before it
+            rows = self.asks[lo:hi]
+            found[at] = index.search(self.queries[rows], self.k, self.ids[rows])[1]
+        for at, (future, _, _) in enumerate(self.parts):
+            if found[at] is None:
+                found[at] = future.result()[1]
+        return np.concatenate([rows for rows in found if rows is not None])
+
+    def wait(self) -> None:
+        wait([future for future, _, _ in self.parts])
+
+
+def start_search(
+    index: VectorIndex,
+    todo: list[PlannedEvent],
+    k: int,
+    searcher: Callable[[], ThreadPoolExecutor],
+) -> Search:
+    """Start the index search for the events of ``todo`` that need ``k`` neighbours (see
+    `finish_search`) in the ``searcher``'s thread; FAISS holds no GIL while it runs, so the
+    caller's own work goes on meanwhile. ``todo``: the events that bring their page a vector,
+    in stream order, those that search and those that only move their page."""
+    if not todo:
+        return Search(todo)
+    # As the index stores them: a page's similarity to another is then the same number
+    # whether the other is found in the index or earlier in this batch.
+    queries = index.stored(np.stack([p.planned_vector() for p in todo]))
+    ids = np.array([p.page_id for p in todo], dtype=np.int64)
+    size_before = len(index)
+    in_index = np.array([pid in index for pid in ids.tolist()], dtype=bool)
+    # A row "moves" its page when it brings a vector other than the indexed one.
+    moved = np.array([p.vector_fp != p.indexed_fp for p in todo], dtype=bool)
+    # Candidates from the pre-batch index, without pages moved by an earlier row.
+    base_k = min(k + _MARGIN + 1 + int((moved & in_index).sum()), size_before)
+    asks = np.array([row for row, p in enumerate(todo) if p.search], dtype=np.int64)
+    search = Search(todo, queries, ids, asks, size_before, in_index, moved, base_k)
+    if base_k > 0:
+        searcher = searcher()
+        for lo in range(0, len(asks), _SEARCH_CHUNK):
+            hi = min(lo + _SEARCH_CHUNK, len(asks))
+            rows = asks[lo:hi]
+            future = searcher.submit(index.search, queries[rows], base_k, ids[rows])
+            search.parts.append((future, lo, hi))
+    return search
+
+
+def finish_search(
+    index: VectorIndex, search: Search, k: int
+) -> tuple[dict[int, Neighbours], tuple[np.ndarray, np.ndarray] | None]:
+    """Neighbours for the events that need them, each as of its place in the stream.
+
+    Candidates come from the index as it stood before the batch (minus pages whose vector
+    changed earlier in the batch) and from the vectors the batch itself set before the
+    event (searched with or not); similarities are then recomputed exactly, the same way for
+    every candidate, so the result does not depend on which search path found it. The batch's
+    vectors are returned with the neighbours (ids, vectors; None when none changed), for the
+    caller to write into the index once the batch's reads are done.
+    """
+    todo = search.todo
+    if not todo:
+        return {}, None
+    n = len(todo)
+    queries, ids, asks = search.queries, search.ids, search.asks
+    assert queries is not None and ids is not None and asks is not None
+    in_index, moved = search.in_index, search.moved
+    assert in_index is not None and moved is not None
+    latest = {p.page_id: p for p, m in zip(todo, moved, strict=True) if m}
+    writes = None
+    if latest:
+        writes = (
+            np.array(list(latest), dtype=np.int64),
+            np.stack([p.planned_vector() for p in latest.values()]).astype(np.float32),
+        )
+    if not len(asks):
+        return {}, writes
+    ask_ids = ids[asks]
+    found = search.found(index)
+    # The first row at which each found page is moved by the batch (n: never).
+    move_rows = np.flatnonzero(moved)
+    move_ids, first = np.unique(ids[move_rows], return_index=True)
+    moved_at = np.full(found.shape, n, dtype=np.int64)
+    if len(move_ids):
+        pos = np.minimum(np.searchsorted(move_ids, found), len(move_ids) - 1)
+        hit = move_ids[pos] == found
+        moved_at[hit] = move_rows[first][pos[hit]]
+    index_ok = (found >= 0) & (found != ask_ids[:, None]) & (moved_at >= asks[:, None])
+
+    # Candidates from the batch: earlier rows that moved their page and are still its
+    # latest vector at this row.
+    next_row = np.full(n, n, dtype=np.int64)
+    last_row: dict[int, int] = {}
+    for row in range(n - 1, -1, -1):
+        next_row[row] = last_row.get(int(ids[row]), n)
+        if moved[row]:
+            last_row[int(ids[row])] = row
+    rows = np.arange(n)
+    batch_ok = (
+        (rows[None, :] < asks[:, None])
+        & moved[None, :]
+        & (next_row[None, :] >= asks[:, None])
+        & (ids[None, :] != ask_ids[:, None])
+    )
+    ask_queries = queries[asks]
+    wide = min(k + _MARGIN, n)
+    inner = np.where(batch_ok, ask_queries @ queries.T, -np.inf)
+    batch_rows = np.argpartition(-inner, wide - 1, axis=1)[:, :wide]
+    batch_ok = np.take_along_axis(batch_ok, batch_rows, axis=1)
+
+    cand_ids = np.concatenate([np.where(index_ok, found, -1), ids[batch_rows]], axis=1)
+    # Stored vectors of the index candidates, row 0 a zero vector for empty slots.
+    unique, inverse = np.unique(found[index_ok], return_inverse=True)
+    stored = np.zeros((len(unique) + 1, queries.shape[1]), np.float32)
+    if len(unique):
+        stored[1:] = index.reconstruct_many(unique)
+    stored_row = np.zeros(found.shape, dtype=np.int64)
+    stored_row[index_ok] = inverse.reshape(-1) + 1
+    width = found.shape[1]
+    m = len(asks)
+    # Elementwise products summed along the contiguous last axis: the same arithmetic for
+    # a pair of vectors whatever the batch, unlike BLAS kernels chosen by shape.
+    sims = np.full(cand_ids.shape, -np.inf, dtype=np.float32)
+    for lo in range(0, m, _CHUNK):
+        hi = min(lo + _CHUNK, m)
+        q = ask_queries[lo:hi]
+        exact = np.einsum("cnd,cd->cn", stored[stored_row[lo:hi]], q)
+        sims[lo:hi, :width] = np.where(index_ok[lo:hi], exact, -np.inf)
+        if batch_ok[lo:hi].any():
+            exact = np.einsum("cnd,cd->cn", queries[batch_rows[lo:hi]], q)
+            sims[lo:hi, width:] = np.where(batch_ok[lo:hi], exact, -np.inf)
+    order = np.lexsort((cand_ids, -sims), axis=-1)[:, :k]
+    best_ids = np.take_along_axis(cand_ids, order, axis=1)
+    best_sims = np.take_along_axis(sims, order, axis=1)
+    best_ids = np.where(np.isfinite(best_sims), best_ids, -1)
+    weights = neighbour_weights(np.where(best_ids >= 0, best_sims, 0.0), best_ids)
+    new_so_far = np.cumsum(~in_index & _first_occurrence(ids))
+
+    out: dict[int, Neighbours] = {}
+    for at, row in enumerate(asks.tolist()):
+        p = todo[row]
+        keep = weights[at] > 0
+        out[id(p)] = Neighbours(
+            best_ids[at][keep],
+            weights[at][keep].astype(np.float32),
+            search.size_before + int(new_so_far[row]),
+            p.found_with,
+        )
+    return out, writes
+
+
+def _first_occurrence(ids: np.ndarray) -> np.ndarray:
+    first = np.zeros(len(ids), dtype=bool)
+    first[np.unique(ids, return_index=True)[1]] = True
+    return first

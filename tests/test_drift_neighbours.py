@@ -1,0 +1,185 @@
+"""Related pages that tolerate drift: the threshold, the found-with direction and its format."""
+
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+import pytest
+
+from online.events import parse_event
+from online.index import FaissIndex
+from online.links import url_id
+from online.neighbour_search import moved_materially
+from online.pipeline import PagePipeline, PipelineConfig
+from online.scorers import get_scorer
+from online.stores import MemoryPageStore, Neighbours, direction_codes
+
+DIM = 16
+T0 = 1_767_225_600
+DAY = 86_400
+
+
+def rotated(v: np.ndarray, towards: np.ndarray, cos: float) -> np.ndarray:
+    """A unit vector at cosine ``cos`` from unit ``v``, in the plane of ``v`` and ``towards``."""
+    w = towards - (towards @ v) * v
+    w /= np.linalg.norm(w)
+    return cos * v + np.sqrt(1 - cos * cos) * w
+
+
+def test_direction_codes_keep_the_direction_in_a_byte_a_dimension() -> None:
+    rng = np.random.default_rng(0)
+    v = rng.normal(size=192)
+    codes = direction_codes(v)
+    assert codes.dtype == np.int8 and np.abs(codes).max() == 127
+    cos = v @ codes / (np.linalg.norm(v) * np.linalg.norm(codes.astype(np.float64)))
+    assert cos > 0.9995
+    assert not direction_codes(np.zeros(4)).any()
+
+
+def test_moved_materially_compares_with_the_found_with_direction() -> None:
+    rng = np.random.default_rng(1)
+    v = rng.normal(size=DIM)
+    v /= np.linalg.norm(v)
+    found = direction_codes(v)
+    near, far = rotated(v, rng.normal(size=DIM), 0.995), rotated(v, rng.normal(size=DIM), 0.9)
+    assert not moved_materially(v, found, 0.98)
+    assert not moved_materially(near, found, 0.98)
+    assert moved_materially(far, found, 0.98)
+    assert not moved_materially(far, found, 0.8)
+    # unknown direction (neighbours stored as version 1), threshold 1, zero vectors: search
+    assert moved_materially(v, None, 0.98)
+    assert moved_materially(v, found, 1.0)
+    assert moved_materially(np.zeros(DIM), found, 0.98)
+    assert moved_materially(v, np.zeros(DIM, np.int8), 0.98)
+
+
+def test_neighbours_version_2_round_trips_the_found_with_direction() -> None:
+    codes = direction_codes(np.linspace(-1, 1, DIM))
+    nb = Neighbours(np.array([5, -7, 2**62]), np.array([0.5, 0.3, 0.2], np.float32), 99, codes)
+    data = nb.to_bytes()
+    assert data[0] == 2
+    back = Neighbours.from_bytes(data)
+    np.testing.assert_array_equal(back.ids, nb.ids)
+    np.testing.assert_array_equal(back.weights, nb.weights)
+    assert back.index_size == 99
+    assert back.found_with is not None and back.found_with.dtype == np.int8
+    np.testing.assert_array_equal(back.found_with, codes)
+    empty = Neighbours(np.empty(0, np.int64), np.empty(0, np.float32), 3, codes)
+    assert not len(Neighbours.from_bytes(empty.to_bytes()).ids)
+
+
+def test_neighbours_version_1_is_still_read_with_an_unknown_direction() -> None:
+    ids, weights = np.array([4, 9], np.int64), np.array([0.75, 0.25], np.float32)
+    # as written before the direction was kept
+    old = struct.pack("<BIH", 1, 12, 2) + ids.astype("<i8").tobytes() + weights.tobytes()
+    back = Neighbours.from_bytes(old)
+    np.testing.assert_array_equal(back.ids, ids)
+    np.testing.assert_array_equal(back.weights, weights)
+    assert back.index_size == 12 and back.found_with is None
+    # a list without a direction is still written as version 1
+    assert Neighbours(ids, weights, 12).to_bytes() == old
+    with pytest.raises(ValueError, match="unknown neighbours format"):
+        Neighbours.from_bytes(b"\x03" + old[1:])
+
+
+URL = "https://s.org/moving"
+
+
+class Pages:
+    """A few static pages and one page (``URL``) whose vector the test sets per fetch."""
+
+    def __init__(self, threshold: float, drift_growth: float = 100.0) -> None:
+        self.rng = np.random.default_rng(2)
+        self.pipeline = PagePipeline(
+            MemoryPageStore(),
+            FaissIndex(dim=DIM),
+            get_scorer("lbla"),
+            PipelineConfig(
+                embedding_dim=DIM,
+                neighbours=5,
+                drift_similarity=threshold,
+                drift_growth=drift_growth,
+            ),
+        )
+        self.t = T0
+        for p in range(20):
+            self.fetch(f"https://s.org/static{p}", self.rng.normal(size=DIM))
+
+    def start(self) -> np.ndarray:
+        """The moving page's first fetch, at a random unit vector (returned): it searches."""
+        v = self.rng.normal(size=DIM)
+        v /= np.linalg.norm(v)
+        assert self.fetch(URL, v) == 1  # no related pages yet
+        return v
+
+    def fetch(self, url: str, vector: np.ndarray) -> int:
+        """Process one fetch; returns the searches it made."""
+        self.t += DAY
+        raw = {
+            "url": url,
+            "fetched_at": self.t,
+            "outlinks": [],
+            "embedding": (vector / np.linalg.norm(vector)).tolist(),
+        }
+        before = self.pipeline.counters.searches
+        self.pipeline.process([parse_event(raw, embedding_dim=DIM)])
+        return self.pipeline.counters.searches - before
+
+
+def test_slow_drift_accumulates_against_the_found_with_vector() -> None:
+    pages = Pages(threshold=0.98)
+    v = pages.start()
+    towards = pages.rng.normal(size=DIM)
+    searched = []
+    for _ in range(12):  # each step 0.995 from the previous: never material on its own
+        v = rotated(v, towards, 0.995)
+        searched.append(pages.fetch(URL, v))
+    # but steps add up against the vector the related pages were found with
+    assert 2 <= sum(searched) <= 6, searched
+    assert searched[0] == 0
+    # the index holds the latest vector whether it searched or not
+    index = pages.pipeline.index
+    stored = index.reconstruct_many(np.array([url_id(URL)]))
+    np.testing.assert_array_equal(stored, index.stored(v[None, :]))
+
+
+def test_every_change_searches_at_threshold_one() -> None:
+    pages = Pages(threshold=1.0)
+    v = pages.start()
+    towards = pages.rng.normal(size=DIM)
+    searched = []
+    for _ in range(4):
+        v = rotated(v, towards, 0.9999)
+        searched.append(pages.fetch(URL, v))
+    assert searched == [1] * 4
+    assert pages.fetch(URL, v) == 0  # an unchanged vector never searches
+
+
+def test_related_pages_stored_as_version_1_are_searched_on_the_next_change() -> None:
+    pages = Pages(threshold=0.98)
+    v = pages.start()
+    store = pages.pipeline.store
+    pid = next(iter(store.neighbours))
+    assert store.neighbours[pid].found_with is not None
+    # every list as read back from a version-1 record: the direction unknown
+    for key, nb in list(store.neighbours.items()):
+        store.neighbours[key] = Neighbours.from_bytes(
+            Neighbours(nb.ids, nb.weights, nb.index_size).to_bytes()
+        )
+    assert pages.fetch(URL, v) == 0  # unchanged: nothing to search
+    assert pages.fetch(URL, rotated(v, pages.rng.normal(size=DIM), 0.9999)) == 1
+    # found again now, with the direction kept: a small change no longer searches
+    assert pages.fetch(URL, v) == 0
+
+
+def test_a_changed_page_searches_again_once_the_index_grew_drift_growth_fold() -> None:
+    pages = Pages(threshold=0.5, drift_growth=1.5)
+    v = pages.start()  # found among 21 pages
+    towards = pages.rng.normal(size=DIM)
+    v = rotated(v, towards, 0.999)
+    assert pages.fetch(URL, v) == 0
+    for p in range(11):  # 32 pages: 1.5-fold
+        pages.fetch(f"https://s.org/new{p}", pages.rng.normal(size=DIM))
+    assert pages.fetch(URL, v) == 0  # unchanged: only recompute_growth applies
+    assert pages.fetch(URL, rotated(v, towards, 0.999)) == 1

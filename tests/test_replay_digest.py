@@ -1,0 +1,55 @@
+"""The replay's priorities on a generated crawl, pinned byte for byte.
+
+A refactoring of the core must not change a single published priority: this replays a small
+generated crawl with the default scorer and with LBLA and compares a SHA-256 of the priority
+updates (``scored_at`` removed: it is the wall clock) with the digest recorded here. A change
+that is meant to change priorities updates the digest in the same commit and says why.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+from pathlib import Path
+
+import orjson
+import pytest
+
+from batch.generate import GeneratorConfig, generate_events
+from streams.replay import replay
+
+#: scorer -> sha256 of the priorities of `_crawl` (see `_digest`), recorded before issue 17's
+#: refactoring of the floors and the pipeline.
+DIGESTS = {
+    "ensemble": "abb80feef8beeec147ff189c7691b0ad0d24a36097c6b42515e10166d06b7638",
+    "lbla": "bc6ac3714618543f699bb470c064158200e4c49e03626999ee43d0b980bd3f72",
+}
+
+
+@pytest.fixture(scope="module")
+def crawl(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("digest") / "crawl.jsonl.gz"
+    events = generate_events(GeneratorConfig(pages=600, crawls=5, seed=7, content="both"))
+    with gzip.open(path, "wb") as fh:
+        fh.write(b"".join(orjson.dumps(e) + b"\n" for e in events))
+    return path
+
+
+def _digest(run: Path) -> str:
+    """SHA-256 of the run's priority updates in file order, each with sorted keys and without
+    the volatile ``scored_at``."""
+    h = hashlib.sha256()
+    with gzip.open(run / "priorities.jsonl.gz", "rb") as fh:
+        for line in fh:
+            update = orjson.loads(line)
+            update.pop("scored_at", None)
+            h.update(orjson.dumps(update, option=orjson.OPT_SORT_KEYS) + b"\n")
+    return h.hexdigest()
+
+
+@pytest.mark.parametrize("scorer", sorted(DIGESTS))
+def test_replay_priorities_match_the_recorded_digest(
+    crawl: Path, tmp_path: Path, scorer: str
+) -> None:
+    replay(crawl, tmp_path, scorer=scorer, progress=False, parallel=False, batch_size=256)
+    assert _digest(tmp_path) == DIGESTS[scorer]
