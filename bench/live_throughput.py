@@ -199,6 +199,12 @@ def main() -> None:
     ap.add_argument("--pages", type=int, default=100_000)
     ap.add_argument("--crawls", type=int, default=3)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--embedding-drift",
+        type=float,
+        default=0.02,
+        help="per fetch, embeddings move by noise of this norm, as real pages' do (0: frozen)",
+    )
     ap.add_argument("--workers", default="1,2", help="worker counts to run, comma-separated")
     ap.add_argument(
         "--batch-size", type=int, default=None, help="the workers' batch_size (default: settings)"
@@ -235,7 +241,9 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="lookaround-bench-"))
     events = tmp / "crawl.jsonl.gz"
     print(f"generating {args.pages:,} pages x {args.crawls} crawls ...", flush=True)
-    config = GeneratorConfig(pages=args.pages, crawls=args.crawls, seed=args.seed)
+    config = GeneratorConfig(
+        pages=args.pages, crawls=args.crawls, seed=args.seed, embedding_drift=args.embedding_drift
+    )
     info = write_events(events, config)
     n_events = info["events"]
     port = free_port()

@@ -1,6 +1,7 @@
 """Replay throughput with related pages maintained (floor: 10,000 events/s on 2 cores).
 
-Generates (or reuses) a 100,000-page × 10-crawl crawl with embeddings, replays it through
+Generates (or reuses) a 100,000-page × 10-crawl crawl with embeddings that drift a little at
+every fetch, as real pages' do (``--embedding-drift 0`` keeps them frozen), replays it through
 the embedded pipeline and prints events/s and the ratio to the floor. The generation time is
 not part of the figure.
 
@@ -76,6 +77,12 @@ def main() -> None:
     parser.add_argument("--pages", type=int, default=100_000)
     parser.add_argument("--crawls", type=int, default=10)
     parser.add_argument("--events", type=Path, help="reuse this events file")
+    parser.add_argument(
+        "--embedding-drift",
+        type=float,
+        default=0.02,
+        help="per fetch, embeddings move by noise of this norm, as real pages' do (0: frozen)",
+    )
     parser.add_argument("--scorer", default="lbla")
     parser.add_argument("--batch-size", type=int, default=1000)
     parser.add_argument(
@@ -90,7 +97,10 @@ def main() -> None:
     if events is None:
         events = work / "crawl.jsonl.gz"
         started = time.perf_counter()
-        write_events(events, GeneratorConfig(pages=args.pages, crawls=args.crawls, seed=0))
+        config = GeneratorConfig(
+            pages=args.pages, crawls=args.crawls, seed=0, embedding_drift=args.embedding_drift
+        )
+        write_events(events, config)
         print(f"generated {events} in {time.perf_counter() - started:.1f} s")
     if args.refresh_ratio:
         refresh_ratio(events, work, args.batch_size, args.repeat)

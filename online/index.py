@@ -24,6 +24,9 @@ similarity. This module holds:
 from __future__ import annotations
 
 import math
+from collections.abc import Container
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 import faiss
@@ -54,14 +57,17 @@ class VectorIndex(Protocol):
     are id -1 with similarity 0. ``reconstruct`` / ``reconstruct_many`` give back stored
     vectors (None / KeyError for pages not indexed); ``stored`` gives vectors as the index
     would store them (e.g. rounded to half precision), so a caller can compare its own
-    vectors with stored ones on equal terms. ``exact_below``: the size at which the search
-    method changes (exact below it, approximate from it; None: never), so a caller can split a
-    batch there; ``threads``: the threads a search may use.
+    vectors with stored ones on equal terms. ``next_switch``: the size at which the search
+    next changes (exact to approximate, or a retrained index taking over; None: no change
+    ahead), so a caller can split a batch there and search each part as the index then is;
+    ``threads``: the threads a search may use.
     """
 
     dim: int
-    exact_below: int | None
     threads: int
+
+    @property
+    def next_switch(self) -> int | None: ...
 
     def stored(self, vectors: np.ndarray) -> np.ndarray: ...
 
@@ -238,6 +244,19 @@ class FaissIndex:
     Vectors are rounded on the way in (`stored`); the rounding moves a cosine similarity by
     about 1e-3 at most.
 
+    **Retraining as it grows.** Lists trained on the first ``exact_below`` pages become too
+    few and too long as the index grows: a search scans ``nprobe`` lists, so its cost grows
+    with the index, and a site's later pages may sit where the early ones had few lists.
+    With ``nlist`` left to the index (None) and ``retrain_growth`` set, once the index holds
+    ``retrain_growth`` times the pages its lists were trained on, a new IVF index with
+    `default_nlist` lists for that size is trained in a background thread on a sample of
+    the vectors then indexed, and filled with them; the changes made meanwhile are kept and
+    applied to it when it takes over, at ``takeover_growth`` times that size. Both points
+    are sizes of the index and upserts are split there, so the same upserts give the same
+    index whatever their chunking, and `next_switch` tells a caller where to split its own
+    batches. The takeover waits for the training if it has not finished.
+    ``python bench/index_growth.py`` measures what it pays at a million pages.
+
     >>> index = FaissIndex(dim=2, exact_below=3, nlist=1)
     >>> v = np.array([[1, 0], [0, 1], [0.6, 0.8], [0.8, 0.6]], dtype=np.float32)
     >>> index.upsert(np.array([1, 2, 3, 4]), v)
@@ -260,6 +279,9 @@ class FaissIndex:
         seed: int = 0,
         threads: int = 1,
         storage: str = "float16",
+        retrain_growth: float | None = 4.0,
+        takeover_growth: float = 1.1,
+        train_points_per_list: int = 64,
     ) -> None:
         if dim < 1 or exact_below < 1 or nprobe < 1 or threads < 1:
             raise ValueError("dim, exact_below, nprobe and threads must be >= 1")
@@ -267,6 +289,10 @@ class FaissIndex:
             raise ValueError(f"storage must be float16 or float32, not {storage!r}")
         if nlist is not None and not 1 <= nlist <= exact_below:
             raise ValueError("nlist must be between 1 and exact_below")
+        if retrain_growth is not None and retrain_growth <= 1.0:
+            raise ValueError("retrain_growth must be above 1 (or None: never retrain)")
+        if takeover_growth < 1.0 or train_points_per_list < 1:
+            raise ValueError("takeover_growth must be >= 1 and train_points_per_list >= 1")
         self.dim = int(dim)
         self.exact_below = int(exact_below)
         self.nlist = nlist
@@ -274,6 +300,12 @@ class FaissIndex:
         self.seed = int(seed)
         self.threads = int(threads)
         self.storage = storage
+        self.retrain_growth = retrain_growth
+        self.takeover_growth = float(takeover_growth)
+        self.train_points_per_list = int(train_points_per_list)
+        self.retrains = 0  # retrained indexes that took over
+        self._retrain_at: int | None = None  # size at which the next retraining starts
+        self._retraining: _Retraining | None = None
         faiss.omp_set_num_threads(self.threads)
         # page id -> row of `_vectors`, where the page's stored vector is kept for
         # `reconstruct`: a numpy gather here is an order of magnitude cheaper than FAISS's.
@@ -303,6 +335,19 @@ class FaissIndex:
     def is_ivf(self) -> bool:
         """True once the index switched from exact search to IVF."""
         return self._ivf is not None
+
+    @property
+    def lists(self) -> int:
+        """The IVF lists searched (0 while the search is exact)."""
+        return 0 if self._ivf is None else int(self._ivf.nlist)
+
+    @property
+    def next_switch(self) -> int | None:
+        """The size at which the search next changes: the switch to IVF, or a retrained index
+        taking over (None: no change ahead)."""
+        if self._ivf is None:
+            return self.exact_below
+        return None if self._retraining is None else self._retraining.takeover_at
 
     def ids(self) -> np.ndarray:
         """Sorted int64 array of the live page ids."""
@@ -345,16 +390,21 @@ class FaissIndex:
         vectors = self.stored(vectors)
         if len(ids) != len(vectors):
             raise ValueError(f"{len(ids)} ids for {len(vectors)} vectors")
-        if not len(ids):
-            return
-        if self._ivf is None:
-            split = self._threshold_split(ids)
-            self._upsert_flat(ids[:split], vectors[:split])
-            if len(self._row) < self.exact_below:
-                return
-            self._switch_to_ivf()
+        while len(ids):
+            limit = self._next_threshold()
+            split = len(ids) if limit is None else self._threshold_split(ids, limit)
+            self._apply_upsert(ids[:split], vectors[:split])
+            if limit is not None and len(self._row) >= limit:
+                self._at_threshold()
             ids, vectors = ids[split:], vectors[split:]
+
+    def _apply_upsert(self, ids: np.ndarray, vectors: np.ndarray) -> None:
+        if self._ivf is None:
+            self._upsert_flat(ids, vectors)
+            return
         self._upsert_ivf(ids, vectors)
+        if self._retraining is not None and len(ids):
+            self._retraining.changes.append((ids, vectors))
 
     def remove(self, ids: np.ndarray) -> None:
         """Remove pages; ids that are not indexed are ignored."""
@@ -367,12 +417,32 @@ class FaissIndex:
             self._flat.remove_ids(arr)
         else:
             self._ivf_remove(arr)
+            if self._retraining is not None:
+                self._retraining.changes.append((arr, None))
         for page in present:
             self._free.append(self._row.pop(page))
 
-    def _threshold_split(self, ids: np.ndarray) -> int:
-        """Length of the prefix of ``ids`` after which the index holds ``exact_below``."""
-        room = self.exact_below - len(self._row)
+    def _next_threshold(self) -> int | None:
+        """The next size at which the index changes: the switch to IVF, a retraining's
+        start, or its takeover."""
+        if self._ivf is None:
+            return self.exact_below
+        if self._retraining is not None:
+            return self._retraining.takeover_at
+        return self._retrain_at
+
+    def _at_threshold(self) -> None:
+        if self._ivf is None:
+            self._switch_to_ivf()
+            self._schedule_retraining()
+        elif self._retraining is not None:
+            self._take_over()
+        else:
+            self._start_retraining()
+
+    def _threshold_split(self, ids: np.ndarray, limit: int) -> int:
+        """Length of the prefix of ``ids`` after which the index holds ``limit`` pages."""
+        room = limit - len(self._row)
         _, first = np.unique(ids, return_index=True)
         is_first = np.zeros(len(ids), dtype=bool)
         is_first[first] = True
@@ -398,22 +468,31 @@ class FaissIndex:
         self._remember(ids, vectors)
 
     def _upsert_ivf(self, ids: np.ndarray, vectors: np.ndarray) -> None:
-        # IVF removal swaps the list's last entry into the hole, so a replacement must be
-        # removed right before its own add for the lists to end up in the same order as
-        # with one-page-at-a-time upserts; runs of new pages are added in one call.
         if not len(ids):
             return
+        self._upsert_ivf_lists(ids, vectors, self._row)
+        self._remember(ids, vectors)
+
+    def _upsert_ivf_lists(
+        self, ids: np.ndarray, vectors: np.ndarray, members: Container[int]
+    ) -> None:
+        """Add pages to the IVF lists, replacing those in ``members`` (the pages indexed).
+
+        IVF removal swaps the list's last entry into the hole, so a replacement must be
+        removed right before its own add for the lists to end up in the same order as with
+        one-page-at-a-time upserts; runs of new pages are added in one call.
+        """
+        assert self._ivf is not None
         seen: set[int] = set()
         start = 0
         for pos, page in enumerate(ids.tolist()):
-            if page in self._row or page in seen:
+            if page in members or page in seen:
                 if pos > start:
                     self._ivf.add_with_ids(vectors[start:pos], ids[start:pos])
                 self._ivf_remove(ids[pos : pos + 1])
                 start = pos
             seen.add(page)
         self._ivf.add_with_ids(vectors[start:], ids[start:])
-        self._remember(ids, vectors)
 
     def _remember(self, ids: np.ndarray, vectors: np.ndarray) -> None:
         """Keep the pages' stored vectors for `reconstruct` (an id's last vector wins)."""
@@ -447,30 +526,65 @@ class FaissIndex:
 
     def _switch_to_ivf(self) -> None:
         flat = self._flat
+        assert flat is not None
         n = flat.ntotal
         vectors = flat.index.reconstruct_n(0, n)
         ids = faiss.vector_to_array(flat.id_map).astype(np.int64)
         nlist = self.nlist if self.nlist is not None else default_nlist(n)
-        quantizer = faiss.IndexFlatIP(self.dim)
-        if self.storage == "float16":
-            ivf = faiss.IndexIVFScalarQuantizer(
-                quantizer,
-                self.dim,
-                nlist,
-                faiss.ScalarQuantizer.QT_fp16,
-                faiss.METRIC_INNER_PRODUCT,
-                False,  # codes are the vectors themselves, not residuals to their centroid
-            )
-        else:
-            ivf = faiss.IndexIVFFlat(quantizer, self.dim, nlist, faiss.METRIC_INNER_PRODUCT)
-        ivf.cp.seed = self.seed
-        ivf.cp.min_points_per_centroid = 1  # nlist is chosen above; no warnings on stderr
-        ivf.cp.max_points_per_centroid = max(256, n // nlist + 1)  # train on all of them
-        ivf.train(vectors)
-        ivf.set_direct_map_type(faiss.DirectMap.Hashtable)
-        ivf.add_with_ids(vectors, ids)
-        self._ivf = ivf  # the python wrapper keeps the quantizer alive
+        self._ivf = _build_ivf(self._ivf_params(nlist), vectors, ids, vectors)
         self._flat = None
+
+    # -- retraining ----------------------------------------------------------------------
+
+    def _schedule_retraining(self) -> None:
+        """Retrain once the index holds ``retrain_growth`` times the pages it has now."""
+        if self.nlist is not None or self.retrain_growth is None:
+            return
+        self._retrain_at = math.ceil(self.retrain_growth * max(len(self._row), 1))
+
+    def _start_retraining(self) -> None:
+        """Train and fill a new IVF index on the vectors indexed now, in the background, if
+        this size calls for more lists than the current index has."""
+        size = len(self._row)
+        nlist = default_nlist(size)
+        if nlist <= self.lists:
+            self._schedule_retraining()
+            return
+        ids = np.fromiter(self._row.keys(), dtype=np.int64, count=size)
+        rows = np.fromiter(self._row.values(), dtype=np.int64, count=size)
+        order = np.argsort(rows, kind="stable")  # row order: how the pages arrived
+        ids, vectors = ids[order], self._vectors[rows[order]].astype(np.float32)
+        sample = min(size, nlist * self.train_points_per_list)
+        rng = np.random.default_rng(self.seed + self.retrains + 1)
+        picked = np.sort(rng.choice(size, sample, replace=False))
+        self._retrain_at = None
+        self._retraining = _Retraining(
+            takeover_at=max(math.ceil(self.takeover_growth * size), size + 1),
+            ids=ids,
+            built=_background().submit(
+                _build_ivf, self._ivf_params(nlist), vectors[picked], ids, vectors
+            ),
+        )
+
+    def _take_over(self) -> None:
+        """The retrained index, with the changes made since it was started, replaces the
+        current one (waiting for it if it is not ready)."""
+        retraining, self._retraining = self._retraining, None
+        assert retraining is not None
+        self._ivf = retraining.built.result()
+        members = set(retraining.ids.tolist())
+        for ids, vectors in retraining.changes:
+            if vectors is None:
+                self._ivf_remove(ids)
+                members.difference_update(ids.tolist())
+            else:
+                self._upsert_ivf_lists(ids, vectors, members)
+                members.update(ids.tolist())
+        self.retrains += 1
+        self._schedule_retraining()
+
+    def _ivf_params(self, nlist: int) -> _IVFParams:
+        return _IVFParams(self.dim, nlist, self.storage, self.seed)
 
     # -- search --------------------------------------------------------------------------
 
@@ -491,3 +605,65 @@ class FaissIndex:
             self._ivf.nprobe = min(self.nprobe, self._ivf.nlist)
         sims, ids = self._index.search(queries, k + extra)
         return drop_excluded(sims, ids, k, exclude)
+
+
+@dataclass(frozen=True)
+class _IVFParams:
+    dim: int
+    nlist: int
+    storage: str
+    seed: int
+
+
+def _build_ivf(
+    params: _IVFParams, train: np.ndarray, ids: np.ndarray, vectors: np.ndarray
+) -> faiss.IndexIVF:
+    """An IVF index with ``params.nlist`` lists trained on ``train`` and holding ``vectors``
+    under ``ids``, with a hash-table direct map so pages can be replaced and removed."""
+    quantizer = faiss.IndexFlatIP(params.dim)
+    if params.storage == "float16":
+        ivf = faiss.IndexIVFScalarQuantizer(
+            quantizer,
+            params.dim,
+            params.nlist,
+            faiss.ScalarQuantizer.QT_fp16,
+            faiss.METRIC_INNER_PRODUCT,
+            False,  # codes are the vectors themselves, not residuals to their centroid
+        )
+    else:
+        ivf = faiss.IndexIVFFlat(quantizer, params.dim, params.nlist, faiss.METRIC_INNER_PRODUCT)
+    ivf.cp.seed = params.seed
+    ivf.cp.min_points_per_centroid = 1  # nlist is chosen by the caller; no warnings on stderr
+    ivf.cp.max_points_per_centroid = max(256, len(train) // params.nlist + 1)  # all of them
+    ivf.train(train)
+    ivf.set_direct_map_type(faiss.DirectMap.Hashtable)
+    ivf.add_with_ids(vectors, ids)
+    return ivf  # the python wrapper keeps the quantizer alive
+
+
+@dataclass
+class _Retraining:
+    """A retrained index being built in the background: the pages it was started with
+    (``ids``), the changes made since (upserts with their vectors, removes with None) and
+    the size at which it takes over."""
+
+    takeover_at: int
+    ids: np.ndarray
+    built: Future[faiss.IndexIVF]
+    changes: list[tuple[np.ndarray, np.ndarray | None]] = field(default_factory=list)
+
+
+_TRAINER: ThreadPoolExecutor | None = None
+
+
+def _background() -> ThreadPoolExecutor:
+    """The one thread that trains retrained indexes (FAISS releases the GIL meanwhile)."""
+    global _TRAINER
+    if _TRAINER is None:
+        _TRAINER = ThreadPoolExecutor(
+            1,
+            thread_name_prefix="index-retrain",
+            initializer=faiss.omp_set_num_threads,
+            initargs=(1,),  # one core: the pipeline's own thread needs the other
+        )
+    return _TRAINER

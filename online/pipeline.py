@@ -942,8 +942,9 @@ class PagePipeline:
         return self._search_pool
 
     def _index_switch_point(self, events: Sequence[Fetch]) -> int | None:
-        """Where, in this batch, the index changes search method (exact -> approximate)."""
-        switch_at = self.index.exact_below
+        """Where, in this batch, the index's search changes (exact -> approximate, or a
+        retrained index taking over)."""
+        switch_at = self.index.next_switch
         if switch_at is None or len(self.index) >= switch_at:
             return None
         size = len(self.index)

@@ -316,3 +316,69 @@ def test_neighbour_weights() -> None:
 def test_recall_at_k() -> None:
     assert recall_at_k(np.array([[1, 2], [3, 4]]), np.array([[1, 2], [5, 4]])) == 0.75
     assert recall_at_k(np.array([[1, -1]]), np.array([[1, -1]])) == 1.0
+
+
+def grown(chunk: int, **kw: float | int | None) -> tuple[FaissIndex, dict[int, np.ndarray]]:
+    """An index grown to 600 pages in chunks of ``chunk`` with replacements and removes on
+    the way (what a crawl does), and the dict model of what it should hold."""
+    index = FaissIndex(dim=DIM, exact_below=40, nprobe=1024, threads=1, **kw)  # type: ignore[arg-type]
+    x, later = clustered(600, DIM, seed=1), clustered(600, DIM, seed=2)
+    model: dict[int, np.ndarray] = {}
+    ops: list[tuple[str, np.ndarray, np.ndarray | None]] = []
+    for lo in range(0, 600, 30):
+        ids = np.arange(lo, lo + 30)
+        ops.append(("upsert", ids, x[lo : lo + 30]))
+        again = np.arange(0, lo + 30, 7)  # earlier pages change
+        ops.append(("upsert", again, later[again]))
+        if lo % 90 == 0:
+            ops.append(("remove", np.arange(lo, lo + 30, 11), None))
+    for op, ids, vecs in ops:
+        for at in range(0, len(ids), chunk):
+            part = ids[at : at + chunk]
+            if op == "upsert":
+                assert vecs is not None
+                index.upsert(part, vecs[at : at + chunk])
+                model.update(zip(part.tolist(), index.stored(vecs[at : at + chunk]), strict=True))
+            else:
+                index.remove(part)
+                for page in part.tolist():
+                    model.pop(page, None)
+    return index, model
+
+
+def test_a_growing_index_retrains_and_the_new_lists_take_over_at_defined_sizes() -> None:
+    index, model = grown(1000, retrain_growth=2.0, takeover_growth=1.25)
+    assert index.retrains >= 2 and index.lists > default_nlist(40)
+    check_against_model(index, model, seed=3)  # nothing lost in the changes meanwhile
+    never, _ = grown(1000, retrain_growth=None)
+    assert never.retrains == 0 and never.lists == default_nlist(40)
+    fixed, _ = grown(1000, nlist=1, retrain_growth=2.0)  # a chosen nlist is kept
+    assert fixed.retrains == 0 and fixed.lists == 1
+
+
+def test_retraining_does_not_depend_on_how_upserts_are_chunked() -> None:
+    """Same upserts, same index: the retraining starts and takes over at the same sizes, so
+    searches give the same pages in the same order."""
+    results = []
+    for chunk in (1, 7, 1000):
+        index, model = grown(chunk, retrain_growth=2.0, takeover_growth=1.25)
+        queries = np.stack([model[p] for p in sorted(model)[:40]])
+        results.append((index.retrains, index.lists, *index.search(queries, 10)))
+    for other in results[1:]:
+        assert other[:2] == results[0][:2]
+        assert np.array_equal(other[2], results[0][2]) and np.array_equal(other[3], results[0][3])
+
+
+def test_next_switch_names_the_size_where_the_search_changes() -> None:
+    index = FaissIndex(dim=16, exact_below=40, retrain_growth=2.0, takeover_growth=1.5)
+    assert index.next_switch == 40
+    x = clustered(200, seed=5)
+    index.upsert(np.arange(40), x[:40])
+    assert index.is_ivf and index.next_switch is None  # training starts at 80, unseen
+    index.upsert(np.arange(40, 80), x[40:80])
+    assert index.next_switch == 120  # training started at 80; takes over at 1.5 x 80
+    before = index.lists
+    index.upsert(np.arange(80, 119), x[80:119])
+    assert index.lists == before
+    index.upsert(np.arange(119, 120), x[119:120])
+    assert index.lists > before and index.retrains == 1 and index.next_switch is None

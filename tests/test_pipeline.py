@@ -397,3 +397,26 @@ def test_a_failed_store_read_changes_nothing_so_a_retry_is_exact(events) -> None
                 assert pipeline.scorer.state().learner.n_learned == learned
         out.extend(pipeline.process(events[i : i + 30]))
     assert comparable(out) == comparable(straight)
+
+
+def test_index_retraining_does_not_depend_on_batching() -> None:
+    """A retrained index takes over at a defined size of the index: batches are split there,
+    so every event is searched as it would be alone."""
+    events = crawl(pages=150, rounds=3, seed=4)
+
+    def run_retraining(batch: int) -> tuple[FaissIndex, list]:
+        index = FaissIndex(dim=DIM, exact_below=25, retrain_growth=2.0, takeover_growth=1.2)
+        pipeline = PagePipeline(
+            MemoryPageStore(),
+            index,
+            make_scorer("lbla"),
+            PipelineConfig(embedding_dim=DIM, neighbours=5),
+        )
+        out = []
+        for i in range(0, len(events), batch):
+            out.extend(pipeline.process(events[i : i + batch]))
+        return index, out
+
+    (index_one, one), (index_many, many) = run_retraining(1), run_retraining(40)
+    assert index_one.retrains >= 1 and index_one.retrains == index_many.retrains
+    assert comparable(many) == comparable(one)
