@@ -57,7 +57,7 @@ from online.events import (
 )
 from online.history import PageState
 from online.index import FaissIndex
-from online.pipeline import Processed
+from online.outcome import Processed
 from online.related_updates import SiblingFollow, SiblingGroup
 from online.schedule import Allocation
 from online.stores import Neighbours, PageWrites, merge_records, sibling_group
@@ -352,7 +352,7 @@ class _DeferredStore:
 @dataclass
 class LiveBatch:
     """What the worker did with one batch of records: counts for the metrics and the
-    pipeline's results (the pipeline's own outcome is `online.pipeline.BatchOutcome`)."""
+    pipeline's results (the pipeline's own outcome is `online.outcome.BatchOutcome`)."""
 
     records: int = 0
     rejects: int = 0

@@ -226,7 +226,7 @@ def test_poison_events_go_to_dead_letter_and_the_partition_keeps_moving(
 def test_live_isolates_an_event_whose_processing_raises(redis_client, prefix, monkeypatch):
     """One URL makes a pipeline stage raise: the live worker finds it by bisection, dead-letters
     it (field ``processing``, the error) and publishes every other event of the batch."""
-    import online.pipeline as pipeline_module
+    import online.batch_walk as walk_module
     from streams.live import LiveProcessor
 
     settings = worker_settings("127.0.0.1:1", prefix, batch_size=50)
@@ -242,14 +242,14 @@ def test_live_isolates_an_event_whose_processing_raises(redis_client, prefix, mo
         return delivered()
 
     live = LiveProcessor(settings, store, publish)
-    real_update = pipeline_module.update
+    real_update = walk_module.update
 
     def update(state, event, **kwargs):
         if event.url == "https://bad.example/":
             raise ZeroDivisionError("injected for the test")
         return real_update(state, event, **kwargs)
 
-    monkeypatch.setattr(pipeline_module, "update", update)
+    monkeypatch.setattr(walk_module, "update", update)
     urls = [f"https://ok.example/{i}" for i in range(40)]
     urls[17] = "https://bad.example/"
     records = [
