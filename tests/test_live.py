@@ -486,11 +486,11 @@ def test_deferred_store_layers(redis_client, prefix):
     from online.history import PageState
     from online.links import link_info
     from online.stores import PageWrites
-    from streams.live import _DeferredStore
+    from streams.deferred_store import DeferredStore
     from streams.redis_store import N_STATS
 
     store = RedisPageStore(redis_client, prefix=f"{prefix}:")
-    deferred = _DeferredStore(store)
+    deferred = DeferredStore(store)
     u1, u2, u3 = (f"https://a.example/{i}" for i in range(3))
     p1, p2, p3 = (link_info(u).page_id for u in (u1, u2, u3))
 
@@ -548,7 +548,7 @@ def test_parsed_values_cross_processes_as_they_were(crawl_file):
     """What the parser process returns arrives whole: fetches equal, rejects in place."""
     import pickle
 
-    from streams.live import ParsedValues, parse_values
+    from streams.record_values import ParsedValues, parse_values
 
     with gzip.open(crawl_file, "rb") as f:
         values = [next(f).rstrip(b"\n") for _ in range(50)]
