@@ -56,7 +56,8 @@ from batch.metrics import (
     spearman,
     yield_at_budget,
 )
-from batch.models import LinkModel, calibration_table, permutation_importances
+from batch.model_diagnostics import calibration_table, permutation_importances
+from batch.models import LinkModel
 from batch.rundir import SUMMARY_FILE
 from batch.train import model_prediction
 
