@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from online.events import Fetch
+from online.fetch import Fetch
 from online.history import Kind, PageState
 from online.index import VectorIndex
 from online.neighbour_search import PlannedEvent, moved_materially

@@ -18,7 +18,7 @@ from typing import Generic, TypeVar
 
 import numpy as np
 
-from online.events import Fetch
+from online.fetch import Fetch
 from online.outcome import BatchOutcome, merge_outcomes
 
 log = logging.getLogger("lookaround.pipeline")

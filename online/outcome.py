@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from online.events import Fetch
 from online.features import as_dict
+from online.fetch import Fetch
 from online.history import Emitted
 from online.scored import ScoredColumns
 

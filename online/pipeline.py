@@ -40,8 +40,9 @@ from online.batch_plan import SearchRules, index_switch_point, plan_batch
 from online.batch_walk import Walk, walk_history
 from online.embedding import HashingTextEmbedder
 from online.emit import Emitter
-from online.events import DEFAULT_EMBEDDING_DIM, Fetch, FetchedPage, prepare, utc_now
+from online.events import DEFAULT_EMBEDDING_DIM, FetchedPage, utc_now
 from online.features import DEFAULT_NEIGHBOURS, feature_names, own_feature_matrix, stats_columns
+from online.fetch import Fetch, prepare
 from online.history import DEFAULT_HISTORY, PageState
 from online.index import VectorIndex
 from online.isolation import Attempts, Isolated, copy_learned, isolate

@@ -44,7 +44,7 @@ import orjson
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from online.events import Fetch
+from online.fetch import Fetch
 from online.index import FaissIndex
 from online.outcome import Processed
 from online.stores import PageWrites

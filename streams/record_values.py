@@ -9,15 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from online.events import (
-    DEFAULT_LIMITS,
-    EventError,
-    EventLimits,
-    Fetch,
-    fetch_columns,
-    fetches_from_columns,
-    parse_fetch,
-)
+from online.events import DEFAULT_LIMITS, EventError, EventLimits
+from online.fetch import Fetch, fetch_columns, fetches_from_columns, parse_fetch
 
 
 class ParsedValues(list):

@@ -26,7 +26,8 @@ import pytest
 
 from batch.generate import GeneratorConfig, generate_events
 from batch.rundir import FEATURES_FILE, REJECTS_FILE
-from online.events import NUMBER_BOUNDS, EventError, EventLimits, parse_event, parse_fetch
+from online.events import NUMBER_BOUNDS, EventError, EventLimits, parse_event
+from online.fetch import parse_fetch
 from online.learners import LinkLearner
 from streams.logs import JsonFormatter, TextFormatter
 from streams.replay import read_priorities, replay
