@@ -235,6 +235,7 @@ class PagePipeline:
             raise
 
     def _checkpoint(self) -> Checkpoint:
+        """What an attempt at a batch may change, as it stands now."""
         learned = None if self.learner is None else copy_learned(self.learner.state())
         return Checkpoint(learned, replace(self.counters), self.allocation, self.follow)
 
@@ -246,6 +247,7 @@ class PagePipeline:
         self._batch_index.discard(undo=index)
 
     def _count_failure(self) -> None:
+        """One more event left out because its processing raised."""
         self.counters.failed += 1
 
     # -- one batch ---------------------------------------------------------------------------
