@@ -32,11 +32,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import matplotlib
-
-matplotlib.use("Agg")
-
-import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 from sklearn.ensemble import ExtraTreesClassifier, ExtraTreesRegressor
@@ -51,6 +46,7 @@ from batch.datasets import (
     training_set,
 )
 from batch.evaluate import Prediction, evaluate_arrays, ranking_predictions
+from batch.experiment_report import write_experiment_report
 from batch.metrics import (
     PERCENTS,
     Ranked,
@@ -60,8 +56,8 @@ from batch.metrics import (
     spearman,
     yield_at_budget,
 )
-from batch.models import LinkModel, calibration_table, permutation_importances
-from batch.report import _curve_figure, _save, format_value, render_document
+from batch.model_diagnostics import calibration_table, permutation_importances
+from batch.models import LinkModel
 from batch.rundir import SUMMARY_FILE
 from batch.train import model_prediction
 
@@ -209,70 +205,6 @@ def _model_params(kind: str, config: ExperimentConfig) -> dict[str, Any]:
     return {"max_rows": config.ranking_rows}
 
 
-# ----------------------------------------------------------------------- figures
-
-
-def _metric_vs_history(nl: pd.DataFrame, baseline: pd.DataFrame) -> plt.Figure:
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
-    for ax, side in zip(axes, SIDES, strict=True):
-        sub = nl[nl["side"] == side]
-        h = sub["history"].to_numpy()
-        for metric, color in (("f1", "C0"), ("balanced_accuracy", "C1")):
-            vals = [np.nan if v is None else v for v in sub[metric]]
-            ax.plot(h, vals, marker="o", color=color, label=f"ExtraTrees {metric}")
-            base = baseline[(baseline["side"] == side)][metric].iloc[0]
-            if base is not None:
-                ax.axhline(base, color=color, ls="--", lw=1, label=f"NNL-Pr {metric}")
-        ax.set_title(f"NL {side}")
-        ax.set_xlabel("history size h (intervals)")
-        ax.grid(alpha=0.3)
-    axes[0].set_ylabel("held-out score")
-    axes[0].legend(fontsize=8)
-    fig.tight_layout()
-    return fig
-
-
-def _calibration_figure(calib: pd.DataFrame) -> plt.Figure:
-    fig, axes = plt.subplots(2, 2, figsize=(11, 8))
-    for j, side in enumerate(SIDES):
-        sub = calib[calib["side"] == side]
-        ax = axes[0, j]
-        for model, g in sub.groupby("model", sort=False):
-            ax.loglog(
-                np.maximum(g["predicted_mean"], 1e-3),
-                np.maximum(g["observed_mean"], 1e-3),
-                marker="o",
-                label=model,
-            )
-        lo, hi = 1e-3, max(1.0, float(sub[["predicted_mean", "observed_mean"]].max().max()))
-        ax.plot([lo, hi], [lo, hi], color="grey", ls=":", lw=1)
-        ax.set_title(f"{side}: mean by decile of predicted mean")
-        ax.set_xlabel("predicted mean")
-        ax.set_ylabel("observed mean")
-        ax.grid(alpha=0.3, which="both")
-        ax = axes[1, j]
-        for model, g in sub.groupby("model", sort=False):
-            ax.plot(g["predicted_p0"], g["observed_p0"], marker="o", label=model)
-        ax.plot([0, 1], [0, 1], color="grey", ls=":", lw=1)
-        ax.set_title(f"{side}: P(no new link) by decile")
-        ax.set_xlabel("predicted P(y = 0)")
-        ax.set_ylabel("observed share with y = 0")
-        ax.grid(alpha=0.3)
-    axes[0, 0].legend(fontsize=8)
-    fig.tight_layout()
-    return fig
-
-
-def _importance_figure(imp: pd.DataFrame, model: str) -> plt.Figure:
-    top = imp.head(15).iloc[::-1]
-    fig, ax = plt.subplots(figsize=(8, 5))
-    ax.barh(top["feature"], top["importance"], xerr=top["std"], color="C2")
-    ax.set_xlabel("drop in held-out log-likelihood when shuffled")
-    ax.set_title(f"Permutation importance, {model} (top 15)")
-    fig.tight_layout()
-    return fig
-
-
 # ----------------------------------------------------------------------- the experiment
 
 
@@ -305,16 +237,6 @@ def semantic_rows(
     return add_semantic_columns(df, events_file, components=components, seed=seed)
 
 
-def _cells(df: pd.DataFrame, columns: Sequence[str]) -> tuple[list[str], list[list[str]]]:
-    """Table cells; a metric no row could be scored on (e.g. LCR when no held-out page has
-    two intervals) is left out rather than failing the report."""
-    columns = [c for c in columns if c in df.columns]
-    rows = []
-    for _, r in df.iterrows():
-        rows.append([r[c] if isinstance(r[c], str) else format_value(r[c]) for c in columns])
-    return list(columns), rows
-
-
 def run_experiment(
     df: pd.DataFrame,
     out_dir: Path | str,
@@ -325,14 +247,49 @@ def run_experiment(
     """Run every experiment on the feature rows ``df``; write report.md/.html, CSVs, plots."""
     config = config or ExperimentConfig()
     out = Path(out_dir)
-    plot_dir = out / "plots"
-    plot_dir.mkdir(parents=True, exist_ok=True)
+    (out / "plots").mkdir(parents=True, exist_ok=True)
+    split = _split(df, config)
+    tables: dict[str, pd.DataFrame] = {}
+    # 1. NL classification by history size and by feature set
+    tables["nl_classification"], feature_sets = _nl_classification(df, split, config, step)
+    # 2. LCR regression by feature set
+    step("LCR regression")
+    tables["lcr_regression"] = _lcr_regression(split, feature_sets, config)
+    # 3. ranking comparison and 4. count models
+    test_all = training_set(split.test_rows)
+    models, preds, fit_seconds = _ranking_models(split, test_all, config, step)
+    step("ranking metrics")
+    tables["ranking"], tables["ranking_by_round"] = _ranking(test_all, preds, fit_seconds)
+    step("count models: log-likelihood and calibration")
+    tables["count_models"], tables["calibration"] = _count_models(models, test_all)
+    # 5. permutation importance of the best learned model by yield@10%
+    best = _best_model(tables["ranking"], models)
+    tables["importance"] = _importance(models, best, test_all, config, step)
+    step("writing the report")
+    curves = _held_out_curves(test_all, preds)
+    markdown, html_path = write_experiment_report(
+        out, tables, curves, split.info, asdict(config), best
+    )
+    return ExperimentResult(out, markdown, html_path, tables)
+
+
+@dataclass
+class _Split:
+    """The run's rows split by time, the held-out targets (``test_targets``), the history
+    sizes to try and what the report says of the split."""
+
+    train_rows: pd.DataFrame
+    test_rows: pd.DataFrame
+    test_targets: TrainingSet
+    histories: tuple[int, ...]
+    info: dict[str, Any]
+
+
+def _split(df: pd.DataFrame, config: ExperimentConfig) -> _Split:
     train_rows, test_rows = split_by_time(df, config.holdout_crawls)
     H = run_history(df.columns)
     histories = config.histories if config.histories is not None else tuple(range(H + 1))
-    histories = tuple(h for h in histories if h <= H)
-    tables: dict[str, pd.DataFrame] = {}
-    split_info = {
+    info = {
         "training rows": len(train_rows),
         "held-out rows": len(test_rows),
         "held-out crawls": sorted(int(c) for c in test_rows["crawl"].unique()),
@@ -340,55 +297,69 @@ def run_experiment(
         "last training label": str(train_rows["label_fetched_at"].max()),
         "history size of the run": H,
     }
+    histories = tuple(h for h in histories if h <= H)
+    return _Split(train_rows, test_rows, training_set(test_rows, "SP"), histories, info)
 
-    def sets(name: str) -> tuple[TrainingSet, TrainingSet]:
-        tr = training_set(train_rows, name, max_rows=config.grid_rows, seed=config.seed)
-        te = training_set(test_rows, name)
-        return tr, te
 
-    # 1. NL classification by history size and by feature set
-    nl_records: list[dict] = []
-    test_full = training_set(test_rows, "SP")  # targets of the held-out rows
-    baseline_nl = _nnl_pr_nl(test_rows, test_full)
-    nl_records += _nl_rows("NNL-Pr", "baseline", baseline_nl)
-    for h in histories:
+def _grid_sets(
+    split: _Split, name: str, config: ExperimentConfig
+) -> tuple[TrainingSet, TrainingSet]:
+    """Feature set ``name``'s training rows (sampled for the grids) and held-out rows."""
+    tr = training_set(split.train_rows, name, max_rows=config.grid_rows, seed=config.seed)
+    te = training_set(split.test_rows, name)
+    return tr, te
+
+
+def _nl_classification(
+    df: pd.DataFrame, split: _Split, config: ExperimentConfig, step: Callable[[str], None]
+) -> tuple[pd.DataFrame, list[str]]:
+    """NL classification against the NNL-Pr baseline, by history size and by feature set;
+    also the feature sets the run has the columns for (``SP+semantic`` needs ``sem_*``)."""
+    baseline = _nnl_pr_nl(split.test_rows, split.test_targets)
+    nl_records: list[dict] = _nl_rows("NNL-Pr", "baseline", baseline)
+    for h in split.histories:
         step(f"NL classification, history {h}")
-        tr, te = sets(f"SP+SN+DP+DN/{h}")
+        tr, te = _grid_sets(split, f"SP+SN+DP+DN/{h}", config)
         for rec in _nl_rows("ExtraTrees", "history", _nl_scores(tr, te, config)):
             nl_records.append({**rec, "history": h, "feature_set": f"SP+SN+DP+DN/{h}"})
     feature_sets = list(config.feature_sets)
     if SEMANTIC_FEATURE_SET in feature_sets and not semantic_columns(df.columns):
         step(f"skipping {SEMANTIC_FEATURE_SET}: no sem_* columns (run with the events file)")
         feature_sets.remove(SEMANTIC_FEATURE_SET)
-        split_info["skipped feature sets"] = SEMANTIC_FEATURE_SET + " (no events file)"
+        split.info["skipped feature sets"] = SEMANTIC_FEATURE_SET + " (no events file)"
     for name in feature_sets:
         step(f"NL classification, feature set {name}")
-        tr, te = sets(name)
+        tr, te = _grid_sets(split, name, config)
         if not tr.feature_names:
             continue
         for rec in _nl_rows("ExtraTrees", "feature set", _nl_scores(tr, te, config)):
             nl_records.append({**rec, "feature_set": name, "features": len(tr.feature_names)})
-    nl = pd.DataFrame(nl_records)
-    tables["nl_classification"] = nl
+    return pd.DataFrame(nl_records), feature_sets
 
-    # 2. LCR regression by feature set
-    step("LCR regression")
+
+def _lcr_regression(
+    split: _Split, feature_sets: Sequence[str], config: ExperimentConfig
+) -> pd.DataFrame:
+    """LCR regression by feature set, against the page's own past LCR."""
     lcr_records = [
         {"model": "own past LCR (dp_lcr)", "feature_set": "-", "side": side, **v}
-        for side, v in _own_lcr(test_rows, test_full).items()
+        for side, v in _own_lcr(split.test_rows, split.test_targets).items()
     ]
     for name in feature_sets:
-        tr, te = sets(name)
+        tr, te = _grid_sets(split, name, config)
         if not tr.feature_names:
             continue
         for side, v in _lcr_scores(tr, te, config).items():
             lcr_records.append({"model": "ExtraTrees", "feature_set": name, "side": side, **v})
-    lcr = pd.DataFrame(lcr_records)
-    tables["lcr_regression"] = lcr
+    return pd.DataFrame(lcr_records)
 
-    # 3. ranking comparison and 4. count models
-    train_all = training_set(train_rows)
-    test_all = training_set(test_rows)
+
+def _ranking_models(
+    split: _Split, test_all: TrainingSet, config: ExperimentConfig, step: Callable[[str], None]
+) -> tuple[dict[str, LinkModel], dict[str, Prediction], dict[str, float]]:
+    """The batch models fitted on all training rows, every ranking's held-out predictions
+    (the models' and the scorers') and each model's fitting time."""
+    train_all = training_set(split.train_rows)
     preds: dict[str, Prediction] = {}
     models: dict[str, LinkModel] = {}
     fit_seconds: dict[str, float] = {}
@@ -398,8 +369,27 @@ def run_experiment(
         models[kind] = LinkModel(kind=kind, **_model_params(kind, config)).fit(train_all)
         fit_seconds[kind] = time.perf_counter() - t0
         preds[kind] = model_prediction(models[kind], test_all.X)
-    preds.update(ranking_predictions(test_rows, RANKING_SCORERS, seed=config.seed))
-    step("ranking metrics")
+    preds.update(ranking_predictions(split.test_rows, RANKING_SCORERS, seed=config.seed))
+    return models, preds, fit_seconds
+
+
+_RANKING_METRICS = [
+    "yield_share_1",
+    "yield_share_5",
+    "yield_share_10",
+    "yield_share_20",
+    "yield_relative_10",
+    "p_auc",
+    "spearman",
+    "r2",
+    "poisson_loglik",
+]
+
+
+def _ranking(
+    test_all: TrainingSet, preds: dict[str, Prediction], fit_seconds: dict[str, float]
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Every ranking's metrics per held-out round, and their mean over the rounds."""
     crawls = test_all.rows["crawl"].to_numpy()
     rank_records = []
     for crawl in np.unique(crawls):
@@ -408,27 +398,21 @@ def run_experiment(
         for rec in evaluate_arrays(truths, {k: p.take(idx) for k, p in preds.items()}):
             rank_records.append({"round": int(crawl) + 1, **rec})
     ranking_all = pd.DataFrame(rank_records)
-    metric_cols = [
-        "yield_share_1",
-        "yield_share_5",
-        "yield_share_10",
-        "yield_share_20",
-        "yield_relative_10",
-        "p_auc",
-        "spearman",
-        "r2",
-        "poisson_loglik",
-    ]
-    for c in metric_cols:
+    for c in _RANKING_METRICS:
         ranking_all[c] = pd.to_numeric(ranking_all[c], errors="coerce")
     ranking = (
-        ranking_all.groupby(["target", "ranking"], sort=False)[metric_cols].mean().reset_index()
+        ranking_all.groupby(["target", "ranking"], sort=False)[_RANKING_METRICS]
+        .mean()
+        .reset_index()
     )
     ranking["fit_seconds"] = ranking["ranking"].map(fit_seconds)
-    tables["ranking"] = ranking
-    tables["ranking_by_round"] = ranking_all
+    return ranking, ranking_all
 
-    step("count models: log-likelihood and calibration")
+
+def _count_models(
+    models: dict[str, LinkModel], test_all: TrainingSet
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Each model's held-out log-likelihood per side, and its calibration by decile."""
     count_records, calib_frames = [], []
     for kind, model in models.items():
         ll = model.log_likelihood(test_all.X, test_all.counts)
@@ -456,35 +440,43 @@ def run_experiment(
             calib_frames.append(cal)
     counts = pd.DataFrame(count_records)
     calib = pd.concat(calib_frames, ignore_index=True) if calib_frames else pd.DataFrame()
-    tables["count_models"] = counts
-    tables["calibration"] = calib
+    return counts, calib
 
-    # 5. permutation importance of the best learned model by yield@10%
+
+def _best_model(ranking: pd.DataFrame, models: dict[str, LinkModel]) -> str | None:
+    """The learned model with the best yield@10% on nnl_total (None: no model)."""
     total = ranking[(ranking["target"] == "nnl_total") & ranking["ranking"].isin(list(models))]
-    best = (
-        str(total.sort_values("yield_share_10", ascending=False)["ranking"].iloc[0])
-        if len(total)
-        else None
-    )
-    imp = pd.DataFrame(columns=["feature", "importance", "std"])
-    if best is not None:
-        step(f"permutation importance ({best})")
-        imp = permutation_importances(
-            models[best],
-            test_all.X,
-            test_all.counts,
-            n_repeats=config.importance_repeats,
-            max_rows=config.importance_rows,
-            random_state=config.seed,
-        )
-    tables["importance"] = imp
+    if not len(total):
+        return None
+    return str(total.sort_values("yield_share_10", ascending=False)["ranking"].iloc[0])
 
-    # figures
-    step("writing the report")
-    figures: dict[str, plt.Figure] = {}
-    hist = nl[nl["group"] == "history"]
-    if len(hist):
-        figures["nl_by_history"] = _metric_vs_history(hist, nl[nl["group"] == "baseline"])
+
+def _importance(
+    models: dict[str, LinkModel],
+    best: str | None,
+    test_all: TrainingSet,
+    config: ExperimentConfig,
+    step: Callable[[str], None],
+) -> pd.DataFrame:
+    """Permutation importance of the ``best`` model on held-out rows (empty without one)."""
+    if best is None:
+        return pd.DataFrame(columns=["feature", "importance", "std"])
+    step(f"permutation importance ({best})")
+    return permutation_importances(
+        models[best],
+        test_all.X,
+        test_all.counts,
+        n_repeats=config.importance_repeats,
+        max_rows=config.importance_rows,
+        random_state=config.seed,
+    )
+
+
+def _held_out_curves(
+    test_all: TrainingSet, preds: dict[str, Prediction]
+) -> dict[str, dict[str, dict[str, np.ndarray]]]:
+    """target -> ranking -> {"p_at_k", "yield"} on the held-out rows (targets where some
+    page gained a link)."""
     curves: dict[str, dict[str, dict[str, np.ndarray]]] = {}
     for target in ("nnl_total", "nnl_internal", "nnl_external"):
         y = test_all.y[target]
@@ -502,160 +494,4 @@ def run_experiment(
                 "yield": np.array([yields[b]["share"] for b in PERCENTS / 100.0]),
             }
         curves[target] = per
-    figures["yield"] = _curve_figure(
-        curves, "yield", "share of new outlinks found", "Held-out yield vs recrawl budget"
-    )
-    if len(calib):
-        figures["calibration"] = _calibration_figure(calib)
-    if best is not None and len(imp):
-        figures["importance"] = _importance_figure(imp, best)
-    plots = {name: plot_dir / f"{name}.png" for name in figures}
-    pngs = {name: _save(fig, plots[name]) for name, fig in figures.items()}
-    for name, table in tables.items():
-        table.to_csv(out / f"{name}.csv", index=False)
-    (out / "experiment.json").write_text(
-        json.dumps({"config": asdict(config), "split": split_info}, indent=2, default=str)
-    )
-
-    sections = _sections(tables, split_info, config, best)
-    figures = [(n, _PLOT_TEXT[n], plots[n], pngs[n]) for n in plots]
-    md, ht = render_document(
-        "lookaround experiments (paper reproduction, held-out crawls)", sections, figures
-    )
-    markdown, html_path = out / "experiment.md", out / "experiment.html"
-    markdown.write_text(md, encoding="utf-8")
-    html_path.write_text(ht, encoding="utf-8")
-    return ExperimentResult(out, markdown, html_path, tables)
-
-
-def _sections(
-    tables: dict[str, pd.DataFrame],
-    split_info: dict[str, Any],
-    config: ExperimentConfig,
-    best: str | None,
-) -> list[tuple[str, str, list[str], list[list[str]]]]:
-    nl = tables["nl_classification"]
-    out: list[tuple[str, str, list[str], list[list[str]]]] = [
-        (
-            "Data and split",
-            "Time split: the last crawls are held out; every training label was observed before "
-            "the first held-out fetch. Targets are computed on each side of the split alone.",
-            ["what", "value"],
-            [[k, str(v)] for k, v in split_info.items()],
-        )
-    ]
-    cols = ["model", "side", "f1", "balanced_accuracy", "recall", "precision"]
-    base = nl[nl["group"] == "baseline"]
-    hist = pd.concat([base.assign(history="-"), nl[nl["group"] == "history"]])
-    header, rows = _cells(hist, ["history", *cols])
-    out.append(
-        (
-            "NL classification by history size (paper Table: history 0, 1, 8)",
-            f"Balanced ExtraTreesClassifier ({config.grid_trees} trees, min leaf 3 internal / 10 "
-            f"external, {config.grid_rows:,} sampled training rows), features SP+SN+DP+DN with "
-            "lags 1..h; threshold 0.5. NNL-Pr: a new link in the last interval predicts one.",
-            header,
-            rows,
-        )
-    )
-    fs = pd.concat([base.assign(feature_set="-"), nl[nl["group"] == "feature set"]])
-    header, rows = _cells(fs, ["feature_set", *cols])
-    out.append(
-        (
-            "NL classification by feature set",
-            "As above, by named feature set. SP+semantic: SP plus the page's embedding reduced "
-            "by PCA (sem_*, fitted on all fetched vectors, no labels).",
-            header,
-            rows,
-        )
-    )
-    header, rows = _cells(
-        tables["lcr_regression"], ["model", "feature_set", "side", "n", "r2", "mae", "spearman"]
-    )
-    out.append(
-        (
-            "LCR regression by feature set",
-            "Target: the page's link change rate over its held-out intervals (>= 2 of them). "
-            "Baseline: its own past LCR.",
-            header,
-            rows,
-        )
-    )
-    rk = tables["ranking"]
-    header, rows = _cells(
-        rk[rk["target"] == "nnl_total"].sort_values("yield_share_10", ascending=False),
-        [
-            "ranking",
-            "yield_share_1",
-            "yield_share_5",
-            "yield_share_10",
-            "yield_share_20",
-            "yield_relative_10",
-            "p_auc",
-            "spearman",
-            "fit_seconds",
-        ],
-    )
-    out.append(
-        (
-            "Ranking comparison (target nnl_total, mean over held-out rounds)",
-            "yield_share_b: share of all new outlinks of a round found by recrawling the top b of "
-            "pages; yield_relative: divided by the oracle's. Learned models rank by expected "
-            "total new outlinks.",
-            header,
-            rows,
-        )
-    )
-    for side in SIDES:
-        header, rows = _cells(
-            rk[rk["target"] == f"nnl_{side}"].sort_values("yield_share_10", ascending=False),
-            ["ranking", "yield_share_10", "yield_relative_10", "p_auc", "spearman"],
-        )
-        out.append((f"Ranking comparison (nnl_{side})", "", header, rows))
-    header, rows = _cells(
-        tables["count_models"],
-        [
-            "model",
-            "distribution",
-            "side",
-            "loglik",
-            "alpha",
-            "predicted_mean",
-            "observed_mean",
-            "predicted_p0",
-            "observed_p0",
-        ],
-    )
-    out.append(
-        (
-            "Count models: held-out log-likelihood (higher is better)",
-            "Poisson (extratrees, ngboost, hgb means), negative binomial NB2 (hgb mean, alpha by "
-            "maximum likelihood on rows the mean model did not see), hurdle (classifier P(y>0) × "
-            "1 + NB for y-1). Mean log-likelihood per held-out row.",
-            header,
-            rows,
-        )
-    )
-    imp = tables["importance"]
-    if best is not None and len(imp):
-        header, rows = _cells(imp.head(20), ["feature", "importance", "std"])
-        out.append(
-            (
-                f"Permutation importance ({best}, best yield@10%)",
-                f"sklearn.inspection.permutation_importance on {config.importance_rows:,} "
-                f"held-out rows, {config.importance_repeats} repeats; score = held-out "
-                "log-likelihood (both sides).",
-                header,
-                rows,
-            )
-        )
-    return out
-
-
-_PLOT_TEXT = {
-    "nl_by_history": "NL F1 and balanced accuracy against history size; dashed: NNL-Pr.",
-    "yield": "Held-out yield against recrawl budget, one line per ranking.",
-    "calibration": "Calibration by decile of the predicted mean: mean (top, log-log) and "
-    "P(no new link) (bottom), predicted vs observed; dotted: perfect.",
-    "importance": "Permutation importance of the best model.",
-}
+    return curves

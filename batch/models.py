@@ -43,8 +43,6 @@ import numpy as np
 import pandas as pd
 import scipy
 import sklearn
-from scipy.optimize import minimize_scalar
-from scipy.special import gammaln, xlogy
 from sklearn.base import BaseEstimator
 from sklearn.ensemble import (
     ExtraTreesClassifier,
@@ -55,15 +53,14 @@ from sklearn.ensemble import (
 from threadpoolctl import threadpool_limits
 
 from batch.datasets import DEFAULT_FEATURE_SET, TrainingSet, training_set
+from batch.distributions import EPS, balanced, calibrated, fit_alpha, nb_logpmf, nb_p0
 from online.errors import InputError
 
 __all__ = [
     "KINDS",
     "CountPrediction",
     "LinkModel",
-    "calibration_table",
     "library_versions",
-    "permutation_importances",
 ]
 
 KINDS = ("extratrees", "ngboost", "hgb", "negbin", "hurdle")
@@ -72,8 +69,6 @@ KINDS = ("extratrees", "ngboost", "hgb", "negbin", "hurdle")
 #: count model by held-out log-likelihood (`lookaround experiment`; docs/models.md).
 DEFAULT_KIND = "hurdle"
 SIDES = ("internal", "external")
-_EPS = 1e-9
-_MU_FLOOR = 1e-6
 #: Below this many rows the gradient boosters run on one OpenMP thread: on a small or busy
 #: machine OpenMP's spinning threads can make a small fit hundreds of times slower.
 OPENMP_MIN_ROWS = 20_000
@@ -124,44 +119,6 @@ class CountPrediction:
         return len(self.internal)
 
 
-# ----------------------------------------------------------------------- count distributions
-
-
-def _nb_logpmf(y: np.ndarray, mu: np.ndarray, alpha: float) -> np.ndarray:
-    """NB2 log-pmf (var = mu + alpha mu^2); alpha -> 0 is the Poisson."""
-    mu = np.maximum(mu, _MU_FLOOR)
-    if alpha <= _EPS:
-        return xlogy(y, mu) - mu - gammaln(y + 1)
-    r = 1.0 / alpha
-    return (
-        gammaln(y + r)
-        - gammaln(r)
-        - gammaln(y + 1)
-        + r * np.log(r / (r + mu))
-        + xlogy(y, mu / (r + mu))
-    )
-
-
-def _nb_p0(mu: np.ndarray, alpha: float) -> np.ndarray:
-    mu = np.maximum(mu, 0.0)
-    if alpha <= _EPS:
-        return np.exp(-mu)
-    return (1.0 + alpha * mu) ** (-1.0 / alpha)
-
-
-def _fit_alpha(y: np.ndarray, mu: np.ndarray) -> float:
-    """Maximum-likelihood NB2 dispersion for counts y with fixed means mu."""
-    if len(y) == 0:
-        return 0.0
-
-    def nll(log_alpha: float) -> float:
-        return -float(_nb_logpmf(y, mu, float(np.exp(log_alpha))).mean())
-
-    res = minimize_scalar(nll, bounds=(np.log(1e-6), np.log(1e3)), method="bounded")
-    alpha = float(np.exp(res.x))
-    return alpha if nll(res.x) < -float(_nb_logpmf(y, mu, 0.0).mean()) else 0.0
-
-
 class _Constant:
     """Stands in for a learner when a side has a single class / no positive count."""
 
@@ -173,24 +130,6 @@ class _Constant:
 
     def predict_proba(self, X: np.ndarray) -> np.ndarray:
         return np.column_stack([np.full(len(X), 1 - self.value), np.full(len(X), self.value)])
-
-
-def _balanced(p: np.ndarray, base_rate: float) -> np.ndarray:
-    """A calibrated P(y > 0) as the class-balanced classifier would give it (0.5 <=> p = rate)."""
-    if base_rate <= 0 or base_rate >= 1:
-        return p
-    a = p * (1 - base_rate)
-    b = (1 - p) * base_rate
-    return a / np.maximum(a + b, _EPS)
-
-
-def _calibrated(p_balanced: np.ndarray, base_rate: float) -> np.ndarray:
-    """Undo class balancing: odds times base_rate / (1 - base_rate)."""
-    if base_rate <= 0 or base_rate >= 1:
-        return p_balanced
-    a = p_balanced * base_rate
-    b = (1 - p_balanced) * (1 - base_rate)
-    return a / np.maximum(a + b, _EPS)
 
 
 # ----------------------------------------------------------------------- the model
@@ -400,7 +339,7 @@ class LinkModel(BaseEstimator):
             if split is not None:  # alpha from rows the mean model did not see
                 fit_idx, val_idx = split
                 mu = self._hgb_regressor(X[fit_idx], Y[fit_idx, s]).predict(X[val_idx])
-                self.alpha_[s] = _fit_alpha(Y[val_idx, s], mu)
+                self.alpha_[s] = fit_alpha(Y[val_idx, s], mu)
             self.regressors_.append(self._hgb_regressor(X, Y[:, s]))
 
     def _fit_hurdle(self, X: np.ndarray, Y: np.ndarray, rng: np.random.Generator) -> None:
@@ -415,7 +354,7 @@ class LinkModel(BaseEstimator):
                 val_pos = val_idx[positive[val_idx]]
                 if len(fit_pos) and len(val_pos):
                     m = self._hgb_regressor(X[fit_pos], Y[fit_pos, s] - 1).predict(X[val_pos])
-                    self.alpha_[s] = _fit_alpha(Y[val_pos, s] - 1, m)
+                    self.alpha_[s] = fit_alpha(Y[val_pos, s] - 1, m)
             pos = np.flatnonzero(positive)
             self.regressors_.append(
                 self._hgb_regressor(X[pos], Y[pos, s] - 1) if len(pos) else _Constant(0.0)
@@ -479,7 +418,7 @@ class LinkModel(BaseEstimator):
         for s, clf in enumerate(self.classifiers_):
             p = clf.predict_proba(Xi)[:, 1]
             if self.kind == "extratrees" and not isinstance(clf, _Constant):
-                p = _calibrated(p, self.base_rate_[s])
+                p = calibrated(p, self.base_rate_[s])
             out[:, s] = p
         return out
 
@@ -504,7 +443,7 @@ class LinkModel(BaseEstimator):
                 mean[:, 0], mean[:, 1], pi[:, 0], pi[:, 1], np.sqrt(np.maximum(var.sum(1), 0))
             )
         if self.kind == "negbin":
-            p = np.column_stack([1.0 - _nb_p0(m[:, s], a[s]) for s in range(2)])
+            p = np.column_stack([1.0 - nb_p0(m[:, s], a[s]) for s in range(2)])
             var = m + np.array(a) * m**2
             return CountPrediction(m[:, 0], m[:, 1], p[:, 0], p[:, 1], np.sqrt(var.sum(1)))
         if self.kind == "ngboost":
@@ -531,8 +470,8 @@ class LinkModel(BaseEstimator):
         pred = self.predict(X)
         return np.column_stack(
             [
-                _balanced(pred.p_internal, self.base_rate_[0]),
-                _balanced(pred.p_external, self.base_rate_[1]),
+                balanced(pred.p_internal, self.base_rate_[0]),
+                balanced(pred.p_external, self.base_rate_[1]),
             ]
         )
 
@@ -556,14 +495,14 @@ class LinkModel(BaseEstimator):
         m = self._means(X)
         out = np.empty_like(Y)
         if self.kind == "hurdle":
-            pi = np.clip(self._positive_p(X), _EPS, 1 - _EPS)
+            pi = np.clip(self._positive_p(X), EPS, 1 - EPS)
             for s in range(2):
                 pos = Y[:, s] > 0
-                shifted = _nb_logpmf(np.maximum(Y[:, s] - 1, 0), m[:, s], self.alpha_[s])
+                shifted = nb_logpmf(np.maximum(Y[:, s] - 1, 0), m[:, s], self.alpha_[s])
                 out[:, s] = np.where(pos, np.log(pi[:, s]) + shifted, np.log1p(-pi[:, s]))
             return out
         for s in range(2):
-            out[:, s] = _nb_logpmf(Y[:, s], m[:, s], self.alpha_[s])
+            out[:, s] = nb_logpmf(Y[:, s], m[:, s], self.alpha_[s])
         return out
 
     def p_zero(self, X: np.ndarray) -> np.ndarray:
@@ -573,69 +512,4 @@ class LinkModel(BaseEstimator):
             if self.kind == "hurdle":
                 return 1.0 - self._positive_p(X)
             m = self._means(X)
-        return np.column_stack([_nb_p0(m[:, s], self.alpha_[s]) for s in range(2)])
-
-
-# ----------------------------------------------------------------------- diagnostics
-
-
-def calibration_table(mean: np.ndarray, p0: np.ndarray, y: np.ndarray, bins: int = 10):
-    """Deciles of the predicted mean: predicted vs observed mean, predicted vs observed P(y=0).
-
-    >>> t = calibration_table(np.arange(20.0), np.full(20, 0.5), np.arange(20.0), bins=4)
-    >>> t["observed_mean"].tolist() == t["predicted_mean"].tolist()
-    True
-    """
-    mean = np.asarray(mean, np.float64)
-    order = np.argsort(mean, kind="stable")
-    groups = np.array_split(order, bins)
-    rows = []
-    for i, g in enumerate(groups):
-        if len(g) == 0:
-            continue
-        rows.append(
-            {
-                "decile": i + 1,
-                "n": len(g),
-                "predicted_mean": float(mean[g].mean()),
-                "observed_mean": float(y[g].mean()),
-                "predicted_p0": float(p0[g].mean()),
-                "observed_p0": float((y[g] == 0).mean()),
-            }
-        )
-    return pd.DataFrame(rows)
-
-
-def permutation_importances(
-    model: LinkModel,
-    X: np.ndarray,
-    Y: np.ndarray,
-    *,
-    n_repeats: int = 3,
-    max_rows: int = 20_000,
-    random_state: int = 0,
-) -> pd.DataFrame:
-    """Permutation importance (sklearn.inspection) of each feature for the model's held-out
-    log-likelihood (both sides summed): the drop when the feature's column is shuffled."""
-    from sklearn.inspection import permutation_importance
-
-    X = np.asarray(X, np.float64)
-    Y = np.asarray(Y, np.float64)
-    if len(X) > max_rows:
-        pick = np.random.default_rng(random_state).choice(len(X), max_rows, replace=False)
-        X, Y = X[pick], Y[pick]
-
-    def score(est: LinkModel, Xs: np.ndarray, Ys: np.ndarray) -> float:
-        return float(sum(est.log_likelihood(Xs, Ys).values()))
-
-    result = permutation_importance(
-        model, X, Y, scoring=score, n_repeats=n_repeats, random_state=random_state, n_jobs=1
-    )
-    table = pd.DataFrame(
-        {
-            "feature": model.feature_names_,
-            "importance": result.importances_mean,
-            "std": result.importances_std,
-        }
-    )
-    return table.sort_values("importance", ascending=False, ignore_index=True)
+        return np.column_stack([nb_p0(m[:, s], self.alpha_[s]) for s in range(2)])

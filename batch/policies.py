@@ -53,7 +53,7 @@ from typing import Protocol
 import numpy as np
 
 from batch.timeline import DAY, Timeline, Version
-from online.events import Fetch
+from online.fetch import Fetch
 from online.schedule import gamma_prior, silent_rate
 
 #: Default allocation of the rate policies (lookaround, nnl-av): the square-root rule beat

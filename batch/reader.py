@@ -29,11 +29,8 @@ from online.events import (
     DEFAULT_MAX_OUTLINKS,
     EventError,
     EventLimits,
-    Fetch,
-    fetch_columns,
-    fetches_from_columns,
-    parse_fetch,
 )
+from online.fetch import Fetch, fetch_columns, fetches_from_columns, parse_fetch
 
 
 @dataclass(frozen=True, slots=True)

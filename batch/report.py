@@ -15,23 +15,16 @@ Undefined metrics are never shown as NaN: a target where no page gained a link r
 
 from __future__ import annotations
 
-import base64
-import html
-import io
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import matplotlib
-
-matplotlib.use("Agg")  # files only; never needs a display
-
-import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from batch.document import defined, format_value, render_document, save_figure
 from batch.evaluate import (
     DEFAULT_SCORERS,
     TARGETS,
@@ -42,22 +35,17 @@ from batch.evaluate import (
     targets,
 )
 from batch.metrics import PERCENTS, Ranked, precision_at_k, yield_at_budget
+from batch.report_figures import CURVE_TARGETS, ccdf_figure, curve_figure, spearman_figure
 from batch.rundir import SUMMARY_FILE
 from online.errors import InputError
 
 __all__ = [
     "HEADLINE_COLUMNS",
-    "NO_NEW_LINKS",
     "ReportResult",
-    "format_value",
     "headline_rows",
-    "render_document",
     "write_report",
 ]
 
-NO_NEW_LINKS = "no new links"
-UNDEFINED = "n/a"
-CURVE_TARGETS = ("nnl_total", "nnl_internal", "nnl_external")
 #: headline column -> (target, metric) in the stream view
 HEADLINE_METRICS: dict[str, tuple[str, str]] = {
     "p_auc": ("nnl_total", "p_auc"),
@@ -77,7 +65,6 @@ HEADLINE_COLUMNS: dict[str, str] = {
     "nl_internal_f1": "NL int. F1",
     "nl_internal_balanced_accuracy": "NL int. bal. acc.",
 }
-_STYLE = {"oracle": {"color": "black", "ls": "--"}, "random": {"color": "grey", "ls": ":"}}
 
 PRECISION_TEXT = (
     "**Precision@k%.** Top size K = ceil(k% · n). A page's probability of being in a top-K is 1 "
@@ -112,23 +99,6 @@ class ReportResult:
     tables: dict[str, pd.DataFrame] = field(default_factory=dict, repr=False)
 
 
-def _defined(v: Any) -> bool:
-    return v is not None and not (isinstance(v, float) and np.isnan(v)) and not pd.isna(v)
-
-
-def format_value(v: Any, no_new_links: bool = False, digits: int = 3) -> str:
-    """One cell as text: numbers rounded, undefined as "no new links" or "n/a", never "nan"."""
-    if not _defined(v):
-        return NO_NEW_LINKS if no_new_links else UNDEFINED
-    if isinstance(v, bool | np.bool_):
-        return "yes" if v else "no"
-    if isinstance(v, int | np.integer):
-        return f"{int(v):,}"
-    if isinstance(v, float | np.floating):
-        return f"{float(v):.{digits}f}"
-    return str(v)
-
-
 def headline_rows(headline: pd.DataFrame) -> list[list[str]]:
     """The headline as text cells in `HEADLINE_COLUMNS` order (for markdown, HTML, rich)."""
     rows = []
@@ -159,7 +129,7 @@ def _headline(table: pd.DataFrame, rankings: Sequence[str]) -> pd.DataFrame:
 
 
 def _none(v: Any) -> float | None:
-    return float(v) if _defined(v) else None
+    return float(v) if defined(v) else None
 
 
 # ---------------------------------------------------------------------------- tables
@@ -215,7 +185,7 @@ def _round_p_auc(table: pd.DataFrame, rankings: Sequence[str]) -> pd.DataFrame:
     return pd.DataFrame.from_records(records)
 
 
-# ---------------------------------------------------------------------------- plots
+# ---------------------------------------------------------------------------- curves
 
 
 def _rank_values(pred: Any, side: str) -> np.ndarray:
@@ -250,114 +220,7 @@ def _curves(
     return out
 
 
-def _line_style(name: str) -> dict[str, Any]:
-    return _STYLE.get(name, {"ls": "-"})
-
-
-def _curve_figure(curves: dict, key: str, ylabel: str, title: str) -> plt.Figure:
-    fig, axes = plt.subplots(1, len(CURVE_TARGETS), figsize=(13, 4), sharey=True)
-    for ax, target in zip(axes, CURVE_TARGETS, strict=True):
-        per = curves.get(target, {})
-        if not per:
-            ax.text(0.5, 0.5, NO_NEW_LINKS, ha="center", va="center", transform=ax.transAxes)
-        for name, c in per.items():
-            ax.plot(PERCENTS, c[key], label=name, lw=1.6, **_line_style(name))
-        if key == "p_at_k":
-            ax.plot(PERCENTS, PERCENTS / 100.0, color="lightgrey", lw=0.8, label="k% (no ties)")
-        ax.set_title(target)
-        ax.set_xlabel("k (% of pages)" if key == "p_at_k" else "pages recrawled (%)")
-        ax.set_xlim(0, 100)
-        ax.set_ylim(0, 1.03)
-        ax.grid(alpha=0.3)
-    axes[0].set_ylabel(ylabel)
-    handles, labels = axes[0].get_legend_handles_labels()
-    for ax in axes[1:]:
-        if not handles:
-            handles, labels = ax.get_legend_handles_labels()
-    if handles:
-        fig.legend(handles, labels, loc="lower center", ncol=len(labels), frameon=False)
-    fig.suptitle(title)
-    fig.tight_layout(rect=(0, 0.08, 1, 1))
-    return fig
-
-
-def _spearman_figure(table: pd.DataFrame, rankings: Sequence[str]) -> plt.Figure:
-    stream = table[table["view"] == "stream"]
-    names = [t for t in TARGETS if t in set(stream["target"])] or list(TARGETS)
-    grid = np.full((len(rankings), len(names)), np.nan)
-    labels = [[UNDEFINED] * len(names) for _ in rankings]
-    for i, r in enumerate(rankings):
-        for j, t in enumerate(names):
-            hit = stream[(stream["ranking"] == r) & (stream["target"] == t)]
-            no_new = hit.empty or bool(hit.iloc[0]["no_new_links"])
-            v = None if hit.empty else hit.iloc[0]["spearman"]
-            if _defined(v):
-                grid[i, j] = float(v)
-            labels[i][j] = format_value(v, no_new, digits=2)
-    fig, ax = plt.subplots(figsize=(1.5 * len(names) + 2, 0.55 * len(rankings) + 1.8))
-    cmap = plt.get_cmap("RdBu_r").with_extremes(bad="#dddddd")
-    im = ax.imshow(np.ma.masked_invalid(grid), cmap=cmap, vmin=-1, vmax=1, aspect="auto")
-    for i in range(len(rankings)):
-        for j in range(len(names)):
-            text = labels[i][j].replace(" ", "\n") if not np.isfinite(grid[i, j]) else labels[i][j]
-            dark = np.isfinite(grid[i, j]) and abs(grid[i, j]) > 0.6
-            ax.text(j, i, text, ha="center", va="center", fontsize=9, color="w" if dark else "k")
-    ax.set_xticks(range(len(names)), names, rotation=30, ha="right")
-    ax.set_yticks(range(len(rankings)), rankings)
-    fig.colorbar(im, ax=ax, label="Spearman's rho")
-    ax.set_title("Spearman's rho, stream view (grey: undefined)")
-    fig.tight_layout()
-    return fig
-
-
-def _ccdf_figure(truth: dict[str, np.ndarray]) -> plt.Figure:
-    fig, ax = plt.subplots(figsize=(6, 4.5))
-    drawn = False
-    for side in ("internal", "external", "total"):
-        x = truth[f"nnl_{side}"]
-        if x.size == 0 or not (x > 0).any():
-            continue
-        values, counts = np.unique(x[x > 0], return_counts=True)
-        # P(X >= v) over all labelled intervals, zeros included in the denominator
-        ccdf = counts[::-1].cumsum()[::-1] / x.size
-        ax.loglog(values, ccdf, marker=".", ms=4, lw=1, label=side)
-        drawn = True
-    if not drawn:
-        ax.text(0.5, 0.5, NO_NEW_LINKS, ha="center", va="center", transform=ax.transAxes)
-    else:
-        ax.legend()
-    ax.set_xlabel("new outlinks per page per interval, x")
-    ax.set_ylabel("P(X ≥ x)")
-    ax.set_title("CCDF of new outlinks (all labelled intervals)")
-    ax.grid(alpha=0.3, which="both")
-    fig.tight_layout()
-    return fig
-
-
-def _save(fig: plt.Figure, path: Path) -> bytes:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100)
-    plt.close(fig)
-    data = buf.getvalue()
-    path.write_bytes(data)
-    return data
-
-
-# ---------------------------------------------------------------------------- rendering
-
-
-def _md_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(r) + " |" for r in rows]
-    return "\n".join(lines)
-
-
-def _html_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
-    body = "".join(
-        "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in rows
-    )
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+# ---------------------------------------------------------------------------- sections
 
 
 def _weekly_cells(weekly: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
@@ -435,47 +298,6 @@ _PLOT_TEXT = {
     "spearman": "Spearman's rho between each ranking and each target, stream view.",
     "ccdf": "CCDF of new outlinks per page per interval, log-log: heavy-tailed as in the paper.",
 }
-_CSS = (
-    "body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;"
-    "color:#222}table{border-collapse:collapse;margin:0.5em 0 1.5em}td,th{border:1px solid "
-    "#ccc;padding:3px 8px;text-align:right}th{background:#f3f3f3}td:first-child{text-align:"
-    "left}img{max-width:100%}code{background:#f3f3f3}"
-)
-
-
-def render_document(
-    title: str,
-    sections: Sequence[tuple[str, str, Sequence[str], Sequence[Sequence[str]]]],
-    figures: Sequence[tuple[str, str, Path, bytes]],
-    definitions: Sequence[str] = (),
-) -> tuple[str, str]:
-    """A report as (markdown, self-contained HTML): ``sections`` are (heading, text, table
-    header, table rows), then the ``definitions`` paragraphs, then ``figures`` as (name,
-    caption, PNG path, PNG bytes), inlined as data URIs in the HTML."""
-    md = [f"# {title}", ""]
-    ht = [
-        "<!doctype html><html><head><meta charset='utf-8'>",
-        f"<title>{html.escape(title)}</title><style>{_CSS}</style></head><body>",
-        f"<h1>{html.escape(title)}</h1>",
-    ]
-    for heading, text, header, rows in sections:
-        md += [f"## {heading}", "", text, "", _md_table(header, rows), ""]
-        ht += [f"<h2>{html.escape(heading)}</h2>", f"<p>{html.escape(text)}</p>"]
-        ht.append(_html_table(header, rows))
-    if definitions:
-        md += ["## Definitions", ""]
-        ht.append("<h2>Definitions</h2>")
-        for paragraph in definitions:
-            md += [paragraph, ""]
-            ht.append(f"<p>{html.escape(paragraph)}</p>")
-    md += ["## Plots", ""]
-    ht.append("<h2>Plots</h2>")
-    for name, caption, path, png in figures:
-        uri = "data:image/png;base64," + base64.b64encode(png).decode("ascii")
-        md += [caption, "", f"![{name}](plots/{path.name})", ""]
-        ht += [f"<p>{html.escape(caption)}</p>", f"<img alt='{name}' src='{uri}'>"]
-    ht.append("</body></html>")
-    return "\n".join(md), "\n".join(ht)
 
 
 def write_report(run_dir: Path, scorers: Sequence[str] = DEFAULT_SCORERS) -> ReportResult:
@@ -512,17 +334,17 @@ def write_report(run_dir: Path, scorers: Sequence[str] = DEFAULT_SCORERS) -> Rep
 
     curves = _curves(rows, truth, scorers) if len(rows) else {}
     figures = {
-        "precision_at_k": _curve_figure(
+        "precision_at_k": curve_figure(
             curves, "p_at_k", "Precision@k%", "Precision@k% (ties in expectation; oracle = 1)"
         ),
-        "yield": _curve_figure(
+        "yield": curve_figure(
             curves, "yield", "share of new outlinks found", "Yield vs recrawl budget"
         ),
-        "spearman": _spearman_figure(table, rankings),
-        "ccdf": _ccdf_figure(truth),
+        "spearman": spearman_figure(table, rankings),
+        "ccdf": ccdf_figure(truth),
     }
     plots = {name: plot_dir / f"{name}.png" for name in figures}
-    pngs = {name: _save(fig, plots[name]) for name, fig in figures.items()}
+    pngs = {name: save_figure(fig, plots[name]) for name, fig in figures.items()}
 
     summary_items = _data_summary(df, len(rows), run_dir)
     sections = _sections(run_dir, headline, summary_items, weekly, rounds, no_new)

@@ -1,6 +1,6 @@
 """The report of a closed-loop simulation (`streams.simulate`): tables and plots of what each
-policy found at each budget, in the style of `batch.report` (``report.md``, a self-contained
-``report.html``, ``plots/*.png``).
+policy found at each budget, written as every report here is (`batch.document`: ``report.md``,
+a self-contained ``report.html``, ``plots/*.png``).
 
 Plots: link appearances found within 1 and 7 days against the budget, one line per policy;
 the distribution of discovery delays; links found over time against links appeared (the last
@@ -23,7 +23,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from batch.discovery import Discovery
-from batch.report import _save, render_document
+from batch.document import render_document, save_figure
 from batch.timeline import DAY
 
 #: headline column -> label (terminal, markdown, HTML)
@@ -261,7 +261,7 @@ def write_sim_report(
         "over_time": _over_time_figure(crawls, main, start),
     }
     plots = {name: plot_dir / f"sim_{name}.png" for name in figures}
-    pngs = {name: _save(fig, plots[name]) for name, fig in figures.items()}
+    pngs = {name: save_figure(fig, plots[name]) for name, fig in figures.items()}
     sections = [
         (
             "What each policy found",

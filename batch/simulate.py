@@ -37,7 +37,8 @@ import numpy as np
 
 from batch.policies import Fetched, Policy, Universe
 from batch.timeline import DAY, Timeline, Version
-from online.events import Fetch, FetchedPage, parse_event, prepare
+from online.events import FetchedPage, parse_event
+from online.fetch import Fetch, prepare
 from online.links import InvalidURL, link_info
 
 #: ``origin`` of a fetched URL in the fetch log: in the index at the start, or found by a fetch

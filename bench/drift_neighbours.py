@@ -24,8 +24,9 @@ import numpy as np
 
 from batch.generate import GeneratorConfig, write_events
 from batch.reader import read_batches
-from online.events import DEFAULT_LIMITS, Fetch
+from online.events import DEFAULT_LIMITS
 from online.features import DEFAULT_NEIGHBOURS
+from online.fetch import Fetch
 from online.neighbour_search import DEFAULT_DRIFT_GROWTH
 from online.pipeline import PagePipeline, PipelineConfig
 from online.stores import MemoryPageStore

@@ -35,7 +35,7 @@ import redis
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from batch.generate import GeneratorConfig, write_events
-from online.events import parse_fetch
+from online.fetch import parse_fetch
 from streams.cli_live import produce_file
 from streams.harness import WorkerProcess, wait_for, worker_settings
 from streams.kafka_io import ensure_topics, free_port, start_tansu

@@ -36,7 +36,8 @@ import orjson
 
 import online.links as links
 from batch.generate import GeneratorConfig, write_events
-from online.events import EventError, Fetch, _fast_fetch, parse_event, parse_fetch, prepare
+from online.events import EventError, parse_event
+from online.fetch import Fetch, _fast_fetch, parse_fetch, prepare
 
 TARGET_US = 60.0
 

@@ -7,7 +7,7 @@
   validation mode: what lookaround accepts). ``fetched_at`` also accepts epoch seconds, as the
   model does (a number above 2x10^10 is read as milliseconds).
 * ``schemas/priority-update.schema.json``: what lookaround publishes
-  (``online.events.PriorityUpdate``, serialisation mode: what the crawler reads).
+  (``online.priority_update.PriorityUpdate``, serialisation mode: what the crawler reads).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def fetched_page_schema() -> dict[str, Any]:
 
 
 def priority_update_schema() -> dict[str, Any]:
-    from online.events import PriorityUpdate
+    from online.priority_update import PriorityUpdate
 
     schema = PriorityUpdate.model_json_schema(mode="serialization")
     return _wrap(schema, "priority-update", "Priority update (lookaround -> crawler)")

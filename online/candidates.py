@@ -56,7 +56,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from online.features import Window, window, window_columns
+from online.features import Window, feature_column, window, window_columns
 
 #: The candidates, in the order of the rate matrix's second axis.
 CANDIDATES = ("nnl-av", "nnl-pr", "lbla", "ccr", "siblings", "online", "batch")
@@ -115,23 +115,21 @@ def evidence(X: np.ndarray, columns: Mapping[str, int]) -> Evidence:
         mean = np.where(n[:, None] > 0, links / n[:, None], 0.0)
     related = np.column_stack(
         [
-            _column(X, columns, f"dn_related_rate_{side}_per_day")
+            feature_column(X, columns, f"dn_related_rate_{side}_per_day")
             for side in ("internal", "external")
         ]
     )
     sibling_last = np.column_stack(
-        [_column(X, columns, f"dn_sibling_new_{side}_last") for side in ("internal", "external")]
+        [
+            feature_column(X, columns, f"dn_sibling_new_{side}_last")
+            for side in ("internal", "external")
+        ]
     )
-    fetches = _column(X, columns, "dp_fetches")
-    errors = np.nan_to_num(_column(X, columns, "dp_errors"))
+    fetches = feature_column(X, columns, "dp_fetches")
+    errors = np.nan_to_num(feature_column(X, columns, "dp_errors"))
     with np.errstate(divide="ignore", invalid="ignore"):
         alive = np.where(fetches > 0, 1.0 - errors / fetches, 1.0)
     return Evidence(w, n, mean, own, decay.sum(axis=1), recent, related, sibling_last, ccr, alive)
-
-
-def _column(X: np.ndarray, columns: Mapping[str, int], name: str) -> np.ndarray:
-    j = columns.get(name)
-    return np.full(len(X), np.nan) if j is None else X[:, j].astype(np.float64)
 
 
 def prior_rates(ev: Evidence, priors: Priors) -> np.ndarray:

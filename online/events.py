@@ -1,4 +1,4 @@
-"""The event contract: fetched-page events in, priority updates out, validated at the boundary.
+"""The event contract: what a fetched-page event must be to be accepted, checked at the boundary.
 
 A fetched-page event is what a crawler knows right after fetching a page. Validation never
 raises past `parse_event`'s caller: every problem becomes an `EventError` naming the field and
@@ -15,22 +15,22 @@ the reason, so a worker can count it, route it to a dead-letter sink and carry o
 ... except EventError as err:
 ...     print(err.field, "|", err.reason)
 url | not an http(s) URL: 'ftp://example.com/'
+
+An accepted event becomes the core's compact record, `online.fetch.Fetch`; what lookaround
+publishes in return is `online.priority_update.PriorityUpdate`.
 """
 
 from __future__ import annotations
 
 import math
-import operator
-import struct
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import orjson
-import xxhash
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -41,9 +41,7 @@ from pydantic import (
     field_validator,
 )
 
-from online.fastparse import FastFetch, unit_vector_bytes
-from online.kernels import SlotRecord
-from online.links import InvalidURL, LinkInfo, canonical_summary, link_info
+from online.links import InvalidURL, LinkInfo, link_info
 
 DEFAULT_EMBEDDING_DIM = 192
 DEFAULT_MAX_OUTLINKS = 100_000
@@ -233,8 +231,8 @@ class FetchedPage(BaseModel):
             raise ValueError(f"{len(value)} outlinks, more than the maximum of {limit}")
         page_url = info.data.get("url")
         page = link_info(page_url) if page_url is not None else None
-        kept, context["dropped_outlinks"] = _collect_links(value, _limits(info).max_url_length)
-        context["links"] = _summarise_links(page, kept.values())
+        kept, context["dropped_outlinks"] = collect_links(value, _limits(info).max_url_length)
+        context["links"] = summarise_links(page, kept.values())
         return list(kept)
 
     @field_validator("embedding", mode="wrap")
@@ -347,87 +345,6 @@ def parse_event(
     return event
 
 
-@dataclass(frozen=True, slots=True)
-class Fetch:
-    """A validated fetch in the compact form the core works on.
-
-    Numeric page values are rounded to float32, the precision page state is kept at.
-
-    Outlinks are reduced to what the history needs (sorted unique 32-bit fingerprints with an
-    internal flag each) and the embedding to a unit float32 vector, all as bytes: the record
-    is cheap to keep, to compare and to pass between processes.
-    """
-
-    url: str
-    page_id: int
-    timestamp: float
-    status: int = 200
-    crawl: int | None = None
-    content_size: float | None = None
-    text_size: float | None = None
-    text_quality: float | None = None
-    internal_outlinks: int = 0
-    external_outlinks: int = 0
-    inlinks_internal: float | None = None
-    inlinks_external: float | None = None
-    pagerank: float | None = None
-    trustrank: float | None = None
-    content_digest_fp: int = 0
-    outlink_fps: bytes = b""
-    outlink_internal: bytes = b""
-    vector: bytes | None = None
-    source_fp: int = 0
-    text: str | None = None
-    dropped_outlinks: int = 0
-
-    @property
-    def ok(self) -> bool:
-        """A 2xx fetch: only those change the outlink history."""
-        return 200 <= self.status < 300
-
-    @property
-    def fetched_at(self) -> datetime:
-        return datetime.fromtimestamp(self.timestamp, UTC)
-
-    def __reduce__(self) -> tuple:
-        # Positional re-construction: much cheaper than the dataclass default for slots.
-        return (_new_fetch, _fetch_values(self))
-
-    @property
-    def fingerprints(self) -> np.ndarray:
-        return np.frombuffer(self.outlink_fps, dtype="<u4")
-
-    @property
-    def internal_flags(self) -> np.ndarray:
-        return np.frombuffer(self.outlink_internal, dtype=bool)
-
-    def unit_vector(self) -> np.ndarray | None:
-        if self.vector is None:
-            return None
-        return np.frombuffer(self.vector, dtype="<f4")
-
-
-_FETCH_FIELDS = tuple(Fetch.__dataclass_fields__)
-_fetch_values = operator.attrgetter(*_FETCH_FIELDS)
-
-
-#: ``Fetch(*values)`` at a fraction of the cost, for the parser and for unpickling batches:
-#: each slot's own setter is called from compiled code, the way the frozen dataclass's
-#: ``__init__`` stores each field (same fields, same result).
-_new_fetch = SlotRecord(Fetch, _FETCH_FIELDS)
-
-
-def fetch_columns(fetches: list[Fetch]) -> tuple[tuple, ...]:
-    """Fetches as one tuple per field: what a batch pickles (a few long tuples of plain values
-    pickle in about a third of the time of the records one by one)."""
-    return tuple(zip(*map(_fetch_values, fetches), strict=True))
-
-
-def fetches_from_columns(columns: tuple[tuple, ...]) -> list[Fetch]:
-    """Inverse of `fetch_columns`."""
-    return list(map(_new_fetch, *columns)) if columns else []
-
-
 def _checked_vector(value: list | tuple, dim: int) -> np.ndarray:
     """The embedding as float32 after the contract's checks; raises ValueError with the reason.
 
@@ -455,7 +372,7 @@ def _checked_vector(value: list | tuple, dim: int) -> np.ndarray:
     return single
 
 
-def _collect_links(
+def collect_links(
     value: list, max_length: int = DEFAULT_MAX_URL_LENGTH
 ) -> tuple[dict[str, LinkInfo], int]:
     """(distinct normalised links, first occurrence kept; number of malformed entries, links
@@ -475,7 +392,7 @@ def _collect_links(
     return kept, malformed
 
 
-def _summarise_links(
+def summarise_links(
     page: LinkInfo | None, links: Iterable[LinkInfo]
 ) -> tuple[dict[int, bool], int]:
     """(internal flag per outlink fingerprint, number of internal outlinks) of unique links."""
@@ -486,128 +403,6 @@ def _summarise_links(
         n_internal += internal
         internal_by_fp.setdefault(link.fingerprint, internal)
     return internal_by_fp, n_internal
-
-
-def prepare(event: FetchedPage) -> Fetch:
-    """The compact `Fetch` of a validated event."""
-    page = link_info(event.url)
-    if event._link_summary is None:  # built directly, not through parse_event
-        event._link_summary = _summarise_links(page, event.outlink_infos)
-    fps, n_internal = event._link_summary
-    order = sorted(fps)
-    vector = source_fp = None
-    if event.vector is not None:
-        vector = _unit_bytes(event.vector)
-        source_fp = xxhash.xxh32_intdigest(vector) or 1
-    elif event.text:
-        source_fp = xxhash.xxh32_intdigest(event.text.encode("utf-8"), seed=1) or 1
-    return Fetch(
-        url=event.url,
-        page_id=page.page_id,
-        timestamp=event.timestamp,
-        status=event.status,
-        crawl=event.crawl,
-        content_size=_f32(event.content_size),
-        text_size=_f32(event.text_size),
-        text_quality=_f32(event.text_quality),
-        internal_outlinks=n_internal,
-        external_outlinks=len(event.outlinks) - n_internal,
-        inlinks_internal=_f32(event.inlinks_internal),
-        inlinks_external=_f32(event.inlinks_external),
-        pagerank=_f32(event.pagerank),
-        trustrank=_f32(event.trustrank),
-        content_digest_fp=(
-            xxhash.xxh32_intdigest(event.content_digest.encode("utf-8")) or 1
-            if event.content_digest
-            else 0
-        ),
-        outlink_fps=np.fromiter(order, dtype="<u4", count=len(order)).tobytes(),
-        outlink_internal=bytes(map(fps.__getitem__, order)),
-        vector=vector,
-        source_fp=source_fp or 0,
-        text=event.text if vector is None else None,
-        dropped_outlinks=event.dropped_outlinks,
-    )
-
-
-def _unit_bytes(raw: np.ndarray) -> bytes:
-    """A float32 vector scaled to unit length, as little-endian bytes (norm taken in float64,
-    summed in order: the fast path's kernel does the same arithmetic)."""
-    return unit_vector_bytes(np.ascontiguousarray(raw, dtype=np.float32))
-
-
-_F32 = struct.Struct("<f")
-
-
-def _f32(value: float | None) -> float | None:
-    """Round to float32, the precision page state is kept at (so stores lose nothing)."""
-    if value is None:
-        return None
-    try:
-        return _F32.unpack(_F32.pack(value))[0]
-    except OverflowError:  # beyond float32: the float32 infinity of the right sign
-        return math.copysign(math.inf, value)
-
-
-def parse_fetch(
-    raw: bytes | str | Mapping[str, Any],
-    *,
-    embedding_dim: int = DEFAULT_EMBEDDING_DIM,
-    max_outlinks: int = DEFAULT_MAX_OUTLINKS,
-    limits: EventLimits = DEFAULT_LIMITS,
-) -> Fetch:
-    """`parse_event` then `prepare`: raw input to the core's record. Raises EventError.
-
-    An event whose fields all have their plain expected types takes a direct path (no model,
-    outlinks recognised as canonical in bulk), several times faster; anything else, valid or
-    not, goes through `parse_event`, which stays the one judge of acceptance and of errors.
-    """
-    data: object = raw
-    if type(raw) is bytes or not isinstance(raw, Mapping):  # bytes first: no ABC check
-        if len(raw) > limits.max_event_bytes:  # type: ignore[arg-type]
-            size, most = len(raw), limits.max_event_bytes  # type: ignore[arg-type]
-            raise EventError("$", f"{size:,} bytes, more than the maximum of {most:,}")
-        try:
-            data = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            data = None
-    if type(data) is dict:
-        fetch = _fast_fetch(
-            data,
-            embedding_dim,
-            max_outlinks,
-            limits.max_url_length,
-            limits.earliest,
-            limits.latest(),
-        )
-        if fetch is not None:
-            return fetch
-    event = parse_event(raw, embedding_dim=embedding_dim, max_outlinks=max_outlinks, limits=limits)
-    return prepare(event)
-
-
-def _general_links(outlinks: list, page: LinkInfo) -> tuple[bytes, bytes, int, int, int]:
-    """The validator's own outlink loop, for lists the compiled fast path cannot take whole:
-    (sorted fingerprints, their flags, internal count, distinct links, malformed entries)."""
-    kept, dropped = _collect_links(outlinks)
-    by_fp, n_internal = _summarise_links(page, kept.values())
-    order = sorted(by_fp)
-    fps = np.fromiter(order, dtype="<u4", count=len(order)).tobytes()
-    return fps, bytes(map(by_fp.__getitem__, order)), n_internal, len(kept), dropped
-
-
-#: ``_fast_fetch(data, embedding_dim, max_outlinks, max_url_length, earliest, latest) -> Fetch |
-#: None``: the compiled fast path (`online.fastparse.FastFetch`). None means "not sure", never
-#: "invalid": the caller then asks `parse_event`. Whatever it accepts equals
-#: ``prepare(parse_event(raw))``. It declines every number outside `NUMBER_BOUNDS`.
-_fast_fetch = FastFetch(
-    _new_fetch,
-    link_info,
-    canonical_summary,
-    _general_links,
-    tuple(float(NUMBER_BOUNDS[name][0]) for name in FastFetch.number_fields()),
-    tuple(float(NUMBER_BOUNDS[name][1]) for name in FastFetch.number_fields()),
-)
 
 
 def _event_error(exc: ValidationError) -> EventError:
@@ -621,80 +416,6 @@ def _event_error(exc: ValidationError) -> EventError:
     if message.startswith("Value error, "):
         message = message[len("Value error, ") :]
     return EventError(field, message)
-
-
-class ScorerRef(BaseModel):
-    """Which scorer produced a priority, so a crawler can audit and compare."""
-
-    name: str
-    version: str
-    models: dict[str, str] = Field(
-        default_factory=dict,
-        description="Versions of the learned models behind the score (online, batch).",
-    )
-
-
-class RelatedTo(BaseModel):
-    """The fetch that announced a related update: a sibling of the page showed new links."""
-
-    url: str = Field(description="The sibling whose fetch showed new links.")
-    fetched_at: datetime = Field(description="That fetch.")
-    new_links: int = Field(ge=1, description="The new outlinks it showed.")
-
-
-class PriorityUpdate(BaseModel):
-    """What lookaround tells the crawler after each accepted fetch, and (``kind`` related)
-    for a page whose sibling's fetch showed new links."""
-
-    model_config = ConfigDict(extra="allow")
-
-    url: str = Field(description="Normalised URL of the page.")
-    fetched_at: datetime = Field(description="The fetch this score follows.")
-    scored_at: datetime = Field(description="When the score was computed (UTC).")
-    score: float = Field(description="Recrawl priority: higher = recrawl sooner.")
-    expected_new_internal: float | None = Field(
-        description="Expected new internal outlinks at the next fetch; null when the scorer "
-        "makes no count estimate (ccr)."
-    )
-    expected_new_external: float | None = Field(
-        description="Expected new external outlinks at the next fetch; null as above."
-    )
-    p_new: float = Field(ge=0.0, le=1.0, description="P(>= 1 new outlink at the next fetch).")
-    rate_per_day: float | None = Field(
-        None,
-        ge=0.0,
-        description="Expected new outlinks per day since this fetch: the expected count at a "
-        "later time t is rate_per_day x (t - fetched_at) in days, so pages fetched at "
-        "different times compare fairly.",
-    )
-    next_fetch_at: datetime | None = Field(
-        None,
-        description="Suggested time of the next fetch: when the expected number of new "
-        "outlinks reaches the deployment's target (default 1), capped to a maximum interval.",
-    )
-    reasons: list[str] = Field(
-        default_factory=list,
-        description="What drove the score, strongest first: own_history, related_pages, "
-        "model, exploration; prior alone when nothing is known of the page yet.",
-    )
-    scorer: ScorerRef
-    crawl: int | None = None
-    status: int = 200
-    kind: Literal["fetch", "related"] = Field(
-        "fetch",
-        description="fetch (absent): the update that follows a fetch of this page; related: "
-        "the priority of this page's last fetch (fetched_at) revised because a sibling (a "
-        "translation) showed new links: due at once, with the links expected to wait.",
-    )
-    related_to: RelatedTo | None = Field(
-        None, description="With kind related: the sibling's fetch that announced it."
-    )
-    expected_waiting: float | None = Field(
-        None,
-        ge=0.0,
-        description="With kind related: new outlinks expected to wait at the page because of "
-        "the sibling's (the share that followed such announcements, learned from the stream).",
-    )
 
 
 def utc_now() -> datetime:

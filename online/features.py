@@ -260,6 +260,12 @@ def window_columns(columns: Mapping[str, int]) -> np.ndarray:
     return np.array(lags, dtype=np.int64).reshape(-1, 4).T
 
 
+def feature_column(X: np.ndarray, columns: Mapping[str, int], name: str) -> np.ndarray:
+    """Feature ``name``'s column of rows ``X`` (float64), all NaN where the rows lack it."""
+    j = columns.get(name)
+    return np.full(len(X), np.nan) if j is None else X[:, j].astype(np.float64)
+
+
 def window(X: np.ndarray, at: np.ndarray) -> Window:
     """The own-history window of feature rows ``X``, given `window_columns` positions. An
     interval is present where its days are known, or (rows without days) its counts."""

@@ -39,7 +39,8 @@ from typing import Literal, NamedTuple
 
 import numpy as np
 
-from online.events import Fetch, FetchedPage, prepare
+from online.events import FetchedPage
+from online.fetch import Fetch, prepare
 from online.kernels import HistoryUpdate
 
 DEFAULT_HISTORY = 8

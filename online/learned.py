@@ -61,6 +61,7 @@ from online.candidates import (
     prior_rates,
 )
 from online.ensemble_state import EnsembleState
+from online.features import feature_column
 from online.hedge import AdaHedge
 from online.history import DEFAULT_HISTORY
 from online.learners import Label, LinkLearner
@@ -357,7 +358,7 @@ class EnsembleScorer(_MatrixScorer):
         rate = significant(np.einsum("mk,mks->ms", weights, np.nan_to_num(rates)))
         horizon = self.horizon_days
         expected = rate * horizon
-        interval = _column(X, columns, "dp_interval_days_mean")
+        interval = feature_column(X, columns, "dp_interval_days_mean")
         interval = np.where(np.isnan(interval), self._interval_days(), interval)
         total = significant(expected.sum(axis=1))
         shortness = 1.0 - np.minimum(ev.intervals, self.history) / max(self.history, 1)
@@ -390,11 +391,6 @@ class EnsembleScorer(_MatrixScorer):
             "batch": batch_version,
         }
         return row_models(weights, self._used, versions)
-
-
-def _column(X: np.ndarray, columns: Mapping[str, int], name: str) -> np.ndarray:
-    j = columns.get(name)
-    return np.full(len(X), np.nan) if j is None else X[:, j].astype(np.float64)
 
 
 def _artifact_rates(artifact: Any, names: list[str]) -> Callable[[np.ndarray], np.ndarray]:

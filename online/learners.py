@@ -22,12 +22,14 @@ extreme row can so cost one mini-batch of learning, never every later score.
 `StreamLearner` wraps a `LinkLearner` for the pipeline: it learns in mini-batches of exactly
 ``learn_every`` labels at fixed places in the stream, so the model that scores an event does
 not depend on how the stream was cut into batches (the replay and the live workers agree).
+
+What the linear kind needs of River below its public API (stepping on numpy, row-by-row
+scores, its state as data) is in `online.river_glm`.
 """
 
 from __future__ import annotations
 
 import copy
-import functools
 import math
 import platform
 from collections.abc import Mapping, Sequence
@@ -38,6 +40,16 @@ import numpy as np
 import pandas as pd
 import river
 from river import forest, linear_model, optim, tree
+
+from online.river_glm import (
+    all_finite,
+    dot_many,
+    dot_one,
+    finite_model,
+    glm_state,
+    learn_matrix,
+    set_glm_state,
+)
 
 Features = Mapping[str, float]
 SIDES = ("internal", "external")
@@ -120,7 +132,7 @@ class LinkLearner:
         xs = self._prepare_one(x)
         scale = self._scale(y.get("interval_days"))
         counts = [float(y[f"new_{side}"]) * scale for side in SIDES]
-        if not _all_finite(np.array([*xs.values(), *counts], dtype=np.float64)):
+        if not all_finite(np.array([*xs.values(), *counts], dtype=np.float64)):
             self.n_skipped += 1
             return
         saved = self._save()
@@ -161,7 +173,7 @@ class LinkLearner:
             return
         targets = {side: Y[f"new_{side}"].to_numpy(np.float64) * scale for side in SIDES}
         raw = X.to_numpy(np.float64)
-        if not _all_finite(
+        if not all_finite(
             np.nan_to_num(raw, nan=0.0, posinf=np.inf, neginf=-np.inf), *targets.values()
         ):
             self.n_skipped += 1
@@ -185,7 +197,8 @@ class LinkLearner:
     ) -> None:
         """`learn_many` on plain arrays (NaN = missing feature), without building frames: the
         pipeline's hot path. The linear kind runs River's own mini-batch step on the matrix
-        (`_glm_learn_matrix`); the same numbers as `learn_many`, a third of the time."""
+        (`online.river_glm.learn_matrix`): the same numbers as `learn_many`, without its
+        frame conversions."""
         if not len(values):
             return
         if self.kind != "linear":
@@ -206,13 +219,13 @@ class LinkLearner:
             (side, np.asarray(counts, dtype=np.float64) * scale)
             for side, counts in (("internal", new_internal), ("external", new_external))
         ]
-        if not _all_finite(matrix, *(t for _, t in targets)):
+        if not all_finite(matrix, *(t for _, t in targets)):
             self.n_skipped += 1
             return
         saved = self._save()
         for side, counts in targets:
-            _glm_learn_matrix(models[f"nnl_{side}"], matrix, cols, counts)
-            _glm_learn_matrix(models[f"nl_{side}"], matrix, cols, counts > 0)
+            learn_matrix(models[f"nnl_{side}"], matrix, cols, counts)
+            learn_matrix(models[f"nl_{side}"], matrix, cols, counts > 0)
         if self._undo_if_broken(saved):
             return
         self.n_learned += len(values)
@@ -240,9 +253,9 @@ class LinkLearner:
         values = np.nan_to_num(squashed, nan=0.0)
         out = {}
         for side in SIDES:
-            raw = _dot_many(models[f"nnl_{side}"], values, cols)
+            raw = dot_many(models[f"nnl_{side}"], values, cols)
             out[side] = np.exp(np.clip(raw, -30.0, _MAX_LOG))
-            p_true = 1.0 / (1.0 + np.exp(-np.clip(_dot_many(models[f"nl_{side}"], values, cols),
+            p_true = 1.0 / (1.0 + np.exp(-np.clip(dot_many(models[f"nl_{side}"], values, cols),
                                                    -500.0, 500.0)))  # fmt: skip
             out[f"p_{side}"] = p_true
             out[f"lcr_{side}"] = p_true
@@ -291,7 +304,7 @@ class LinkLearner:
             return out
         if self.kind != "linear":
             raise TypeError(f"a {self.kind!r} learner cannot be stored as data (linear only)")
-        out["models"] = {name: _glm_state(model) for name, model in self._models.items()}
+        out["models"] = {name: glm_state(model) for name, model in self._models.items()}
         return out
 
     @classmethod
@@ -317,7 +330,7 @@ class LinkLearner:
                 if set(models) != set(built) or learner.kind != "linear":
                     raise ValueError(f"learner models {sorted(models)} for kind {learner.kind}")
                 for name, model in built.items():
-                    _set_glm_state(model, models[name])
+                    set_glm_state(model, models[name])
         except (KeyError, TypeError) as exc:
             raise ValueError(f"learner state: missing or bad field {exc}") from None
         return learner
@@ -368,7 +381,7 @@ class LinkLearner:
 
     def _undo_if_broken(self, saved: dict[str, Any] | None) -> bool:
         """Put the models of ``saved`` back if the step left one non-finite; True if so."""
-        if saved is None or all(_finite_model(m) for m in (self._models or {}).values()):
+        if saved is None or all(finite_model(m) for m in (self._models or {}).values()):
             return False
         self._models = saved
         self.n_skipped += 1
@@ -376,7 +389,7 @@ class LinkLearner:
 
     def _count_one(self, model: Any, xs: dict[str, float]) -> float:
         if self.kind == "linear":
-            return math.exp(min(max(model._raw_dot_one(xs), -30.0), _MAX_LOG))
+            return math.exp(min(max(dot_one(model, xs), -30.0), _MAX_LOG))
         return max(float(model.predict_one(xs)), 0.0)
 
     def _scale(self, days: float | None) -> float:
@@ -393,81 +406,6 @@ class LinkLearner:
         values = X.to_numpy(np.float64)
         squashed = np.sign(values) * np.log1p(np.abs(values))
         return pd.DataFrame(np.nan_to_num(squashed, nan=0.0), columns=X.columns, index=X.index)
-
-
-def _all_finite(*arrays: np.ndarray) -> bool:
-    return all(bool(np.isfinite(a).all()) for a in arrays)
-
-
-def _finite_model(model: Any) -> bool:
-    """Whether a River linear model's weights, intercept and optimiser state are all finite."""
-    values = [float(model.intercept), *model._weights.values()]
-    for state in vars(model.optimizer).values():
-        if isinstance(state, Mapping):
-            values.extend(state.values())
-    return _all_finite(np.array(values, dtype=np.float64))
-
-
-def _glm_learn_matrix(model: Any, X: np.ndarray, cols: list[str], y: np.ndarray) -> None:
-    """What River's ``GLM.learn_many(frame, series)`` does once it has turned them into numpy
-    (river 0.26), called on the numpy directly: the frame conversions cost more than the
-    step. `tests/test_learners.py` checks it against ``learn_many`` bit for bit, so a River
-    release that changes its internals fails there, not silently."""
-    saved = model._enter_learn_mode(set(cols))
-    try:
-        get_grad = functools.partial(model._eval_gradient_many, X)
-        model._fit(x=cols, y=y, w=1, get_grad=get_grad)
-    finally:
-        model._exit_learn_mode(saved)
-
-
-def _pairs(values: Any) -> list[list[Any]] | None:
-    """A River weight map as ``[keys, values]`` (insertion order kept), None for None."""
-    if values is None:
-        return None
-    items = dict(values)
-    return [list(items), [float(v) for v in items.values()]]
-
-
-def _unpairs(pairs: Any) -> dict[str, float]:
-    keys, values = pairs
-    if len(keys) != len(values) or not all(isinstance(k, str) for k in keys):
-        raise ValueError("learner state: weight names and values do not pair up")
-    return {k: float(v) for k, v in zip(keys, values, strict=True)}
-
-
-def _glm_state(model: Any) -> dict[str, Any]:
-    """What changes as a River GLM with Adam learns: weights, intercept, Adam's moments."""
-    opt = model.optimizer
-    return {
-        "weights": _pairs(model._weights),
-        "intercept": float(model.intercept),
-        "n_iterations": int(opt.n_iterations),
-        "m": _pairs(opt.m),
-        "v": _pairs(opt.v),
-    }
-
-
-def _set_glm_state(model: Any, state: Mapping[str, Any]) -> None:
-    from collections import defaultdict
-
-    from river.utils import VectorDict
-
-    model._weights = VectorDict(_unpairs(state["weights"]))
-    model.intercept = np.float64(state["intercept"])
-    opt = model.optimizer
-    opt.n_iterations = int(state["n_iterations"])
-    for name in ("m", "v"):
-        pairs = state[name]
-        setattr(opt, name, None if pairs is None else defaultdict(float, _unpairs(pairs)))
-
-
-def _dot_many(model: Any, values: np.ndarray, cols: list[str]) -> np.ndarray:
-    """A linear model's raw scores, row by row: an elementwise product summed along each row
-    gives the same bits for a row whatever the other rows (a matrix product does not, as BLAS
-    picks kernels by shape), so a stream's cuts cannot change a score."""
-    weights = np.array([model._weights.get(c, 0.0) for c in cols], dtype=np.float64)
-    return (values * weights).sum(axis=1) + float(model.intercept)
 
 
 @dataclass

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from online.events import Fetch
+from online.fetch import Fetch
 from online.history import Kind
 from online.index import VectorIndex, neighbour_weights
 from online.stores import Neighbours

@@ -42,11 +42,13 @@ from streams.composition import worker_store
 from streams.gcpolicy import freeze_startup_heap
 from streams.health import HealthWatch, probe_broker
 from streams.kafka_io import BadEmbedding, aiokafka_options, parse_embedding, ssl_context
-from streams.live import LiveProcessor, Message, Metrics, RecordLike, parse_values
+from streams.live import LiveProcessor, Message, RecordLike
 from streams.maththreads import single_math_thread
 from streams.partitioner import partition_of
+from streams.record_values import parse_values
 from streams.redis_store import RedisPageStore
 from streams.settings import Settings
+from streams.worker_metrics import Metrics
 
 FAUST_ENV_PREFIX = "LOOKAROUND_FAUST_"
 log = logging.getLogger("lookaround.worker")

@@ -2,14 +2,14 @@
 
 For each micro-batch of fetched-page records:
 
-1. parse every value (`parse_fetch`); rejects go to the dead-letter topic with their reason and
-   source offset;
-2. `PagePipeline.process_isolated` over a store that defers its write (reads go to Redis, the
-   write is kept), retried with exponential backoff while Redis is unreachable; a failed attempt
-   is rolled back in the FAISS replica so the retry sees the index as it was. An event whose
-   processing raises is found by bisection and goes to the dead-letter topic (field
-   ``processing``, the error as reason); the rest of its batch goes through, so one bad event
-   never stops a partition;
+1. parse every value (`streams.record_values.parse_values`); rejects go to the dead-letter
+   topic with their reason and source offset;
+2. `PagePipeline.process_isolated` over a store that defers its write
+   (`streams.deferred_store`: reads go to Redis, the write is kept), retried with exponential
+   backoff while Redis is unreachable; a failed attempt is rolled back in the FAISS replica
+   so the retry sees the index as it was. An event whose processing raises is found by
+   bisection and goes to the dead-letter topic (field ``processing``, the error as reason);
+   the rest of its batch goes through, so one bad event never stops a partition;
 3. dead letters, priority updates (keyed by URL) and the pages' new embeddings (keyed by page
    id, compacted topic) are handed to the producer together (`begin` ends here);
 4. the batch's commit awaits their delivery, then writes the batch's pages to Redis in one
@@ -41,27 +41,15 @@ from typing import Protocol
 
 import numpy as np
 import orjson
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from online.ensemble_state import EnsembleState
-from online.events import (
-    DEFAULT_LIMITS,
-    EventError,
-    EventLimits,
-    Fetch,
-    fetch_columns,
-    fetches_from_columns,
-    parse_fetch,
-)
-from online.history import PageState
+from online.fetch import Fetch
 from online.index import FaissIndex
-from online.pipeline import Processed
-from online.related_updates import SiblingFollow, SiblingGroup
-from online.schedule import Allocation
-from online.stores import Neighbours, PageWrites, merge_records, sibling_group
+from online.outcome import Processed
+from online.stores import PageWrites
 from streams.composition import worker_pipeline
+from streams.deferred_store import DeferredStore
 from streams.kafka_io import (
     BadEmbedding,
     dead_letter_message,
@@ -69,8 +57,10 @@ from streams.kafka_io import (
     processing_headers,
 )
 from streams.logs import Throttle
-from streams.redis_store import RedisPageStore, learner_bytes
+from streams.record_values import parse_values
+from streams.redis_store import RedisPageStore
 from streams.settings import Settings
+from streams.worker_metrics import Metrics
 
 log = logging.getLogger("lookaround.worker")
 
@@ -84,54 +74,6 @@ Message = tuple[str, bytes | None, bytes, list[tuple[str, bytes]]]
 #: publish([message, ...]): hands a batch's messages to the producer (in order per partition)
 #: and returns an awaitable of their delivery, which raises if one is not delivered.
 Publish = Callable[[Sequence[Message]], Awaitable[Awaitable[None]]]
-
-
-class ParsedValues(list):
-    """`parse_values`' result: a list that crosses from the parser process to the worker's
-    main process as columns (`fetch_columns`): unpickling columns costs the main process a
-    fraction of what unpickling one object per event does (bench/live_throughput.py
-    --parse-processes)."""
-
-    def __reduce__(self) -> tuple:
-        fetch_at = [i for i, item in enumerate(self) if isinstance(item, Fetch)]
-        rejects = [(i, item) for i, item in enumerate(self) if not isinstance(item, Fetch)]
-        columns = fetch_columns([self[i] for i in fetch_at])
-        return (_parsed_values, (len(self), fetch_at, columns, rejects))
-
-
-def _parsed_values(
-    n: int, fetch_at: list[int], columns: tuple[tuple, ...], rejects: list[tuple[int, tuple]]
-) -> ParsedValues:
-    out = ParsedValues([None] * n)
-    for i, fetch in zip(fetch_at, fetches_from_columns(columns), strict=True):
-        out[i] = fetch
-    for i, reject in rejects:
-        out[i] = reject
-    return out
-
-
-def parse_values(
-    values: Sequence[bytes | None],
-    embedding_dim: int,
-    max_outlinks: int,
-    limits: EventLimits = DEFAULT_LIMITS,
-) -> ParsedValues:
-    """Each value parsed: its `Fetch`, or (field, reason) when rejected. Picklable, so a
-    worker can run it in a parser process while its main process runs the pipeline."""
-    out = ParsedValues()
-    for value in values:
-        try:
-            out.append(
-                parse_fetch(
-                    value if value is not None else b"",
-                    embedding_dim=embedding_dim,
-                    max_outlinks=max_outlinks,
-                    limits=limits,
-                )
-            )
-        except EventError as err:
-            out.append((err.field, err.reason))
-    return out
 
 
 class RecordLike(Protocol):
@@ -150,209 +92,10 @@ class RecordLike(Protocol):
     def value(self) -> bytes | None: ...
 
 
-class Metrics:
-    """The worker's Prometheus metrics, in their own registry (served at /metrics)."""
-
-    def __init__(self) -> None:
-        r = self.registry = CollectorRegistry()
-        self.events_in = Counter("lookaround_events_in", "Records read", registry=r)
-        self.priorities_out = Counter(
-            "lookaround_priorities_out", "Priority updates published", registry=r
-        )
-        self.embeddings_out = Counter(
-            "lookaround_embeddings_out", "Embeddings published", registry=r
-        )
-        self.related_out = Counter(
-            "lookaround_related_updates_out",
-            "Related updates published (a sibling's priority revised by its page's new links)",
-            registry=r,
-        )
-        self.rejects = Counter(
-            "lookaround_rejects", "Rejected events by field", ["field"], registry=r
-        )
-        self.stale = Counter("lookaround_stale", "Stale events ignored", registry=r)
-        self.duplicates = Counter("lookaround_duplicates", "Duplicate events ignored", registry=r)
-        self.batch_seconds = Histogram(
-            "lookaround_batch_seconds",
-            "Time to process one micro-batch end to end",
-            buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
-            registry=r,
-        )
-        self.batch_size = Histogram(
-            "lookaround_batch_events",
-            "Records per micro-batch",
-            buckets=(1, 10, 50, 100, 250, 500, 1000, 5000),
-            registry=r,
-        )
-        self.stage_seconds = Counter(
-            "lookaround_stage_seconds",
-            "Time spent per stage of a batch (process, publish, write)",
-            ["stage"],
-            registry=r,
-        )
-        self.redis_retries = Counter(
-            "lookaround_redis_retries", "Batch attempts failed on Redis", registry=r
-        )
-        self.lag = Gauge(
-            "lookaround_consumer_lag", "Records behind the end", ["partition"], registry=r
-        )
-        self.replica_pages = Gauge(
-            "lookaround_replica_pages", "Pages in this worker's FAISS replica", registry=r
-        )
-        self.replica_applied = Counter(
-            "lookaround_replica_applied", "Embeddings applied from the topic", registry=r
-        )
-        self.model = Info("lookaround_model", "Scorer and model versions in use", registry=r)
-        self.learner_skipped = Gauge(
-            "lookaround_learner_steps_skipped",
-            "Online-learner steps skipped: they would have made its weights non-finite",
-            registry=r,
-        )
-        self.nonfinite_scores = Gauge(
-            "lookaround_nonfinite_scores",
-            "Priorities with a NaN or infinite value replaced (none expected)",
-            registry=r,
-        )
-        self.embeddings_rejected = Counter(
-            "lookaround_embeddings_rejected",
-            "Embeddings-topic messages skipped, by reason (malformed, dimension, not_finite)",
-            ["reason"],
-            registry=r,
-        )
-        self.learner_refused = Counter(
-            "lookaround_learner_state_refused",
-            "Stored learner states refused at start (not data we wrote: the scorer started fresh)",
-            registry=r,
-        )
-
-
-class _DeferredStore:
-    """Reads through to the store, overlaid with the writes not yet in it.
-
-    The batch being processed writes to ``pending``; `seal` turns it into a layer that waits
-    for its messages' delivery and is then written (`write_layer`, in a thread, while the next
-    batch is processed against the layers still unwritten). Layers are written oldest first.
-    A read takes its overlay before it reads the store, so a layer written in between is seen
-    either way.
-    """
-
-    def __init__(self, store: RedisPageStore) -> None:
-        self.store = store
-        self.pending = self._empty()
-        self.sealed: list[PageWrites] = []  # oldest first
-
-    @staticmethod
-    def _empty() -> PageWrites:
-        return PageWrites(states={}, stats={}, neighbours={}, rows={}, learner=None)
-
-    def _layers(self) -> list[PageWrites]:
-        """The unwritten layers, newest first."""
-        return [self.pending, *reversed(self.sealed)]
-
-    @staticmethod
-    def _overlay(keys: Sequence, got: list, layers: list[dict]) -> list:
-        if not layers:
-            return got
-        out = []
-        for key, value in zip(keys, got, strict=True):
-            for layer in layers:
-                if key in layer:
-                    value = layer[key]
-                    break
-            out.append(value)
-        return out
-
-    def get_states(self, urls: Sequence[str]) -> list[PageState | None]:
-        layers = [layer.states for layer in self._layers() if layer.states]
-        return self._overlay(urls, self.store.get_states(urls), layers)
-
-    def get_neighbours(self, page_ids: Sequence[int]) -> list[Neighbours | None]:
-        layers = [layer.neighbours for layer in self._layers() if layer.neighbours]
-        got = self.store.get_neighbours(page_ids)
-        return self._overlay([int(i) for i in page_ids], got, layers)
-
-    def get_stats(self, page_ids: np.ndarray) -> np.ndarray:
-        layers = [layer.stats for layer in reversed(self._layers()) if layer.stats]
-        out = self.store.get_stats(page_ids)
-        if layers:
-            ids = page_ids.tolist()
-            for layer in layers:  # oldest first: newer layers overwrite
-                for i, pid in enumerate(ids):
-                    row = layer.get(pid)
-                    if row is not None:
-                        out[i] = row
-        return out
-
-    def get_rows(self, page_ids: Sequence[int]) -> list[np.ndarray | None]:
-        layers = [layer.rows for layer in self._layers() if layer.rows]
-        return self._overlay([int(i) for i in page_ids], self.store.get_rows(page_ids), layers)
-
-    def get_siblings(self, keys: Sequence[str]) -> list[SiblingGroup]:
-        got = self.store.get_siblings(keys)
-        layers = [layer for layer in reversed(self._layers()) if layer.siblings or layer.gains]
-        if not layers:
-            return got
-        out = []
-        for key, group in zip(keys, got, strict=True):
-            urls, gain = list(group.urls), group.gain
-            for layer in layers:  # oldest first; a layer written meanwhile may be in both
-                urls += [u for u in layer.siblings.get(key, ()) if u not in urls]
-                newer = layer.gains.get(key)
-                if newer is not None and (gain is None or newer.at > gain.at):
-                    gain = newer
-            out.append(sibling_group(urls, gain))
-        return out
-
-    def get_follow(self) -> SiblingFollow | None:
-        for layer in self._layers():
-            if layer.follow is not None:
-                return layer.follow
-        return self.store.get_follow()
-
-    def get_learner(self) -> object | None:
-        for layer in self._layers():
-            if layer.learner is not None:
-                learner = layer.learner
-                return EnsembleState.from_bytes(learner) if isinstance(learner, bytes) else learner
-        return self.store.get_learner()
-
-    def get_allocation(self) -> Allocation | None:
-        for layer in self._layers():
-            if layer.allocation is not None:
-                return layer.allocation
-        return self.store.get_allocation()
-
-    def write(self, writes: PageWrites) -> None:
-        merge_records(self.pending, writes)
-        self.pending.stats.update(writes.stats)
-
-    def seal(self) -> PageWrites:
-        """The pending writes as a layer of their own; the learner encoded now (as data, see
-        `online.state_codec`), as it stands (the next batch goes on changing it)."""
-        layer, self.pending = self.pending, self._empty()
-        if layer.learner is not None and not isinstance(layer.learner, bytes):
-            layer.learner = learner_bytes(layer.learner)
-        self.sealed.append(layer)
-        return layer
-
-    def write_layer(self, layer: PageWrites) -> None:
-        """Write the oldest sealed layer (safe in another thread)."""
-        assert self.sealed and self.sealed[0] is layer, "layers are written oldest first"
-        self.store.write(layer)
-
-    def release(self, layer: PageWrites) -> None:
-        """Forget a written layer (in the event loop's thread, after `write_layer`)."""
-        self.sealed.remove(layer)
-
-    def discard(self) -> None:
-        """Drop the pending writes of a failed attempt (sealed layers stay)."""
-        self.pending = self._empty()
-
-
 @dataclass
 class LiveBatch:
     """What the worker did with one batch of records: counts for the metrics and the
-    pipeline's results (the pipeline's own outcome is `online.pipeline.BatchOutcome`)."""
+    pipeline's results (the pipeline's own outcome is `online.outcome.BatchOutcome`)."""
 
     records: int = 0
     rejects: int = 0
@@ -380,7 +123,7 @@ class LiveProcessor:
     ) -> None:
         self.settings = settings
         self.store = store
-        self.deferred = _DeferredStore(store)
+        self.deferred = DeferredStore(store)
         self.publish = publish
         self.metrics = metrics or Metrics()
         self.sleep = sleep

@@ -33,7 +33,7 @@ from batch.discovery import Discovery, measure
 from batch.policies import POLICY_NAMES, RateSource, check_policy, make_policy
 from batch.simulate import Budget, FetchLog, SimulationConfig, build_universe, simulate
 from batch.timeline import Timeline
-from online.events import Fetch
+from online.fetch import Fetch
 from online.pipeline import PipelineConfig
 from online.scorers import DEFAULT_SCORER
 from streams.composition import build_pipeline

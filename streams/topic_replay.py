@@ -44,7 +44,8 @@ from scipy.stats import spearmanr
 
 from batch.reader import DEFAULT_BATCH_SIZE, Batch, Reject
 from online.errors import InputError
-from online.events import EventError, parse_fetch
+from online.events import EventError
+from online.fetch import parse_fetch
 from streams.composition import pipeline_config
 from streams.kafka_io import kafka_python_options, parse_processing_headers
 from streams.replay import read_priorities, read_related, replay

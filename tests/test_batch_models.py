@@ -8,13 +8,8 @@ import numpy as np
 import pytest
 from sklearn.base import clone
 
-from batch.models import (
-    KINDS,
-    CountPrediction,
-    LinkModel,
-    calibration_table,
-    permutation_importances,
-)
+from batch.model_diagnostics import calibration_table, permutation_importances
+from batch.models import KINDS, CountPrediction, LinkModel
 
 NAMES = ["signal", "noise", "sometimes_missing"]
 FAST = {"extratrees": {"n_estimators": 10}, "ngboost": {"n_estimators": 20}}

@@ -7,7 +7,9 @@ import numpy as np
 import orjson
 import pytest
 
-from online.events import EventError, PriorityUpdate, parse_event, parse_fetch
+from online.events import EventError, parse_event
+from online.fetch import parse_fetch
+from online.priority_update import PriorityUpdate
 
 BASE = {"url": "https://example.com/a", "fetched_at": "2026-01-05T10:00:00Z", "outlinks": []}
 

@@ -26,13 +26,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from batch.generate import GeneratorConfig, generate_events
-from online.events import (
-    DEFAULT_LIMITS,
-    NUMBER_BOUNDS,
-    EventError,
-    Fetch,
-    parse_fetch,
-)
+from online.events import DEFAULT_LIMITS, NUMBER_BOUNDS, EventError
+from online.fetch import Fetch, parse_fetch
 from streams.replay import read_priorities, replay
 
 EXAMPLES = 10_000 if os.environ.get("CI", "").lower() == "true" else 2_000

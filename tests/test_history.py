@@ -7,7 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from online.events import Fetch, parse_event, prepare
+from online.events import parse_event
+from online.fetch import Fetch, prepare
 from online.history import (
     Emitted,
     Interval,

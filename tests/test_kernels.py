@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from online import fastparse, kernels
-from online.events import _FETCH_FIELDS, Fetch, _new_fetch, parse_fetch
+from online.fetch import _FETCH_FIELDS, Fetch, _new_fetch, parse_fetch
 from online.history import Interval, PageState
 
 

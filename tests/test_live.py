@@ -226,7 +226,7 @@ def test_poison_events_go_to_dead_letter_and_the_partition_keeps_moving(
 def test_live_isolates_an_event_whose_processing_raises(redis_client, prefix, monkeypatch):
     """One URL makes a pipeline stage raise: the live worker finds it by bisection, dead-letters
     it (field ``processing``, the error) and publishes every other event of the batch."""
-    import online.pipeline as pipeline_module
+    import online.batch_walk as walk_module
     from streams.live import LiveProcessor
 
     settings = worker_settings("127.0.0.1:1", prefix, batch_size=50)
@@ -242,14 +242,14 @@ def test_live_isolates_an_event_whose_processing_raises(redis_client, prefix, mo
         return delivered()
 
     live = LiveProcessor(settings, store, publish)
-    real_update = pipeline_module.update
+    real_update = walk_module.update
 
     def update(state, event, **kwargs):
         if event.url == "https://bad.example/":
             raise ZeroDivisionError("injected for the test")
         return real_update(state, event, **kwargs)
 
-    monkeypatch.setattr(pipeline_module, "update", update)
+    monkeypatch.setattr(walk_module, "update", update)
     urls = [f"https://ok.example/{i}" for i in range(40)]
     urls[17] = "https://bad.example/"
     records = [
@@ -486,11 +486,11 @@ def test_deferred_store_layers(redis_client, prefix):
     from online.history import PageState
     from online.links import link_info
     from online.stores import PageWrites
-    from streams.live import _DeferredStore
+    from streams.deferred_store import DeferredStore
     from streams.redis_store import N_STATS
 
     store = RedisPageStore(redis_client, prefix=f"{prefix}:")
-    deferred = _DeferredStore(store)
+    deferred = DeferredStore(store)
     u1, u2, u3 = (f"https://a.example/{i}" for i in range(3))
     p1, p2, p3 = (link_info(u).page_id for u in (u1, u2, u3))
 
@@ -548,7 +548,7 @@ def test_parsed_values_cross_processes_as_they_were(crawl_file):
     """What the parser process returns arrives whole: fetches equal, rejects in place."""
     import pickle
 
-    from streams.live import ParsedValues, parse_values
+    from streams.record_values import ParsedValues, parse_values
 
     with gzip.open(crawl_file, "rb") as f:
         values = [next(f).rstrip(b"\n") for _ in range(50)]

@@ -24,15 +24,8 @@ from hypothesis import strategies as st
 
 from batch.generate import GeneratorConfig, generate_events
 from online import links
-from online.events import (
-    EventError,
-    Fetch,
-    _fast_fetch,
-    _new_fetch,
-    parse_event,
-    parse_fetch,
-    prepare,
-)
+from online.events import EventError, parse_event
+from online.fetch import Fetch, _fast_fetch, _new_fetch, parse_fetch, prepare
 from online.links import InvalidURL, canonical_summary, link_info
 
 #: Limits of the compiled path when it is called directly: no URL or time bound, so what is

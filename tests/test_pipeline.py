@@ -9,8 +9,9 @@ from datetime import timedelta
 import numpy as np
 import pytest
 
-from online.events import FetchedPage, parse_event, prepare
+from online.events import FetchedPage, parse_event
 from online.features import N_STATS
+from online.fetch import prepare
 from online.history import PageState, from_bytes, states_equal, to_bytes
 from online.index import FaissIndex
 from online.pipeline import PagePipeline, PipelineConfig

@@ -26,7 +26,8 @@ import pytest
 
 from batch.generate import GeneratorConfig, generate_events
 from batch.rundir import FEATURES_FILE, REJECTS_FILE
-from online.events import NUMBER_BOUNDS, EventError, EventLimits, parse_event, parse_fetch
+from online.events import NUMBER_BOUNDS, EventError, EventLimits, parse_event
+from online.fetch import parse_fetch
 from online.learners import LinkLearner
 from streams.logs import JsonFormatter, TextFormatter
 from streams.replay import read_priorities, replay
@@ -311,7 +312,8 @@ def test_an_event_whose_processing_raises_is_isolated_by_bisection(
     after (the next-fetch times, so the learned state must be rolled back): the replay rejects
     those events (field ``processing``, their line numbers) and every other priority is as in
     a run without them."""
-    import online.pipeline as pipeline_module
+    import online.batch_walk as walk_module
+    import online.emit as emit_module
 
     events = _ordinary(200, 4)
     victim = events[150]["url"]
@@ -323,24 +325,24 @@ def test_an_event_whose_processing_raises_is_isolated_by_bisection(
         progress=False,
         batch_size=64,
     )
-    real_update = pipeline_module.update
+    real_update = walk_module.update
 
     def update(state, event, **kwargs):  # type: ignore[no-untyped-def]
         if event.url == victim:
             raise OverflowError("injected for the test")
         return real_update(state, event, **kwargs)
 
-    real_next = pipeline_module.PagePipeline._next_fetch_days
+    real_next = emit_module.Emitter.next_fetch_days
 
-    def next_fetch_days(self, scores, applied, walk, writes):  # type: ignore[no-untyped-def]
-        if any(r.event.url == victim for r in applied):
+    def next_fetch_days(self, scores, walk, allocation, writes):  # type: ignore[no-untyped-def]
+        if any(r.event.url == victim for r in walk.applied):
             raise OverflowError("injected for the test")
-        return real_next(self, scores, applied, walk, writes)
+        return real_next(self, scores, walk, allocation, writes)
 
     if stage == "history":
-        monkeypatch.setattr(pipeline_module, "update", update)
+        monkeypatch.setattr(walk_module, "update", update)
     else:
-        monkeypatch.setattr(pipeline_module.PagePipeline, "_next_fetch_days", next_fetch_days)
+        monkeypatch.setattr(emit_module.Emitter, "next_fetch_days", next_fetch_days)
     out = tmp_path / "run"
     summary = replay(_write(tmp_path / "e.jsonl.gz", events), out, progress=False, batch_size=64)
     assert summary.rejects_by_field == {"processing": len(lines)}

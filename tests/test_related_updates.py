@@ -12,10 +12,11 @@ import orjson
 import pytest
 from isal import igzip
 
-from online.events import FetchedPage, PriorityUpdate, parse_event
+from online.events import FetchedPage, parse_event
 from online.history import Interval
 from online.index import FaissIndex
 from online.pipeline import PagePipeline, PipelineConfig
+from online.priority_update import PriorityUpdate
 from online.related_updates import GroupGain, SiblingFollow, SiblingGroup, group_pass
 from online.scorers import get_scorer
 from online.stores import MemoryPageStore, sibling_group

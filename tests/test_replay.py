@@ -14,8 +14,8 @@ import pytest
 from typer.testing import CliRunner
 
 from batch.generate import GeneratorConfig, generate_events
-from online.events import PriorityUpdate
 from online.links import is_internal, normalize_url
+from online.priority_update import PriorityUpdate
 from online.scorers import DEFAULT_SCORER
 from streams.cli import app
 from streams.replay import read_priorities, replay

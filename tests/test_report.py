@@ -8,8 +8,9 @@ import orjson
 import pytest
 from typer.testing import CliRunner
 
+from batch.document import NO_NEW_LINKS
 from batch.generate import GeneratorConfig
-from batch.report import NO_NEW_LINKS, ReportResult, write_report
+from batch.report import ReportResult, write_report
 from streams.cli import app
 from streams.replay import replay
 

@@ -163,7 +163,7 @@ def _ts(value: str) -> float:
 
 def _page_states(events: list[dict]) -> dict:
     """The page states the embedded pipeline keeps after ``events`` in order."""
-    from online.events import prepare
+    from online.fetch import prepare
     from online.index import FaissIndex
     from online.pipeline import PagePipeline, PipelineConfig
     from online.scorers import DEFAULT_SCORER, get_scorer

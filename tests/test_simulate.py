@@ -348,7 +348,7 @@ def replace_time(log, universe: Universe, site: Timeline):  # type: ignore[no-un
     """The event of the crawl's last fetch again: a duplicate for the pipeline."""
     from dataclasses import replace
 
-    from online.events import prepare
+    from online.fetch import prepare
 
     url, t = universe.urls[log.pages[-1]], log.times[-1]
     return replace(prepare(site.state_at(url, t).page), timestamp=t)

@@ -1,0 +1,118 @@
+"""The sibling stage: a batch's pages among their translations, and the related updates it sends.
+
+Siblings are a page's translations (the same path in another language,
+`online.links.sibling_key`). For a batch this stage reads the sibling groups, adds the pages
+seen for the first time, gives each applied event its siblings as look-around pages, walks
+the groups' gains in stream order (`online.related_updates.group_pass`) and turns each gain
+into related updates for the siblings, each from the sibling's state right before the
+announcing fetch. The rules themselves live in `online.related_updates`; this module is how
+the pipeline feeds them from the store and the batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from functools import partial
+
+import numpy as np
+
+from online.batch_walk import Walk
+from online.links import sibling_key
+from online.neighbour_search import PlannedEvent
+from online.priority import DEFAULT_HORIZON_DAYS
+from online.related_updates import (
+    Announcement,
+    SiblingFollow,
+    SiblingGroup,
+    group_pass,
+    led_at,
+    related_updates,
+)
+from online.scored import iso
+from online.scoring import Scorer
+from online.stores import Neighbours, PageStore, PageWrites
+
+
+@dataclass(frozen=True, slots=True)
+class Siblings:
+    """A batch's sibling groups: each applied event's siblings as look-around pages
+    (``of``), the groups as stored with the batch's first-seen members added, and each
+    applied event's sibling key."""
+
+    of: list[Neighbours | None]
+    groups: dict[str, SiblingGroup]
+    keys: list[str]
+
+
+def read_siblings(
+    store: PageStore, applied: list[PlannedEvent], first_seen: list[bool], writes: PageWrites
+) -> Siblings:
+    """Each applied event's siblings as known right before it, weighted alike: the pages
+    stored under its sibling key and those first seen earlier in the batch. A page seen for
+    the first time joins its key's list (in ``writes``)."""
+    keys = [sibling_key(p.event.url) for p in applied]
+    distinct = list(dict.fromkeys(keys))
+    groups = dict(zip(distinct, store.get_siblings(distinct), strict=True))
+    members = {key: group.ids.tolist() for key, group in groups.items()}
+    urls = {key: list(group.urls) for key, group in groups.items()}
+    out: list[Neighbours | None] = []
+    for p, first, key in zip(applied, first_seen, keys, strict=True):
+        known = members[key]
+        others = np.array([pid for pid in known if pid != p.page_id], dtype=np.int64)
+        out.append(
+            Neighbours(others, np.full(len(others), 1.0 / len(others), np.float32), 0)
+            if len(others)
+            else None
+        )
+        if first and p.page_id not in known:
+            known.append(p.page_id)
+            urls[key].append(p.event.url)
+            writes.siblings.setdefault(key, []).append(p.event.url)
+    grown = {
+        key: SiblingGroup(tuple(urls[key]), np.array(members[key], np.int64), group.gain)
+        for key, group in groups.items()
+    }
+    return Siblings(out, grown, keys)
+
+
+def pass_groups(
+    walk: Walk, siblings: Siblings, follow: SiblingFollow, writes: PageWrites
+) -> list[Announcement]:
+    """The sibling groups' gains and what followed them, in stream order
+    (`online.related_updates.group_pass`); the changes go to ``writes``."""
+    fetches = [
+        (r.event.url, r.page_id, r.event.timestamp, r.emitted.interval, led_at(before))
+        for r, before in zip(walk.applied, walk.states_before(), strict=True)
+    ]
+    done = group_pass(fetches, siblings.keys, siblings.groups, follow)
+    writes.gains.update(done.gains)
+    if done.follow != follow:
+        writes.follow = done.follow
+    return done.announcements
+
+
+def batch_related_updates(
+    store: PageStore,
+    announced: list[Announcement],
+    walk: Walk,
+    scorer: Scorer,
+    clock: Callable[[], datetime],
+) -> list[dict]:
+    """Related updates for the siblings the batch's gains announce to, each from the
+    sibling's state right before the announcing fetch
+    (`online.related_updates.related_updates`); the siblings the batch does not fetch are
+    read from the store."""
+    if not announced:
+        return []
+    wanted = {u for a in announced for u in a.siblings}
+    outside = [u for u in wanted if u not in walk.before]
+    stored = dict(zip(outside, store.get_states(outside), strict=True))
+    return related_updates(
+        announced,
+        partial(walk.state_before, outside=stored),
+        horizon_days=DEFAULT_HORIZON_DAYS,
+        scored_at=iso(clock()),
+        scorer={"name": scorer.name, "version": scorer.version, "models": {}},
+    )
