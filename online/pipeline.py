@@ -243,7 +243,10 @@ class PagePipeline:
         """Back to ``saved``; with ``index``, the last attempt's index writes undone too."""
         if self.learner is not None and saved.learned is not None:  # a copy again: the
             self.learner.restore(copy_learned(saved.learned))  # checkpoint may serve twice
-        self.counters, self.allocation, self.follow = saved.counters, saved.allocation, saved.follow
+        # A copy of the counters too: a checkpoint rolled back to twice must not keep the
+        # counts of the attempt between.
+        self.counters = replace(saved.counters)
+        self.allocation, self.follow = saved.allocation, saved.follow
         self._batch_index.discard(undo=index)
 
     def _count_failure(self) -> None:

@@ -421,3 +421,19 @@ def test_index_retraining_does_not_depend_on_batching() -> None:
     (index_one, one), (index_many, many) = run_retraining(1), run_retraining(40)
     assert index_one.retrains >= 1 and index_one.retrains == index_many.retrains
     assert comparable(many) == comparable(one)
+
+
+def test_a_checkpoint_rolled_back_to_twice_keeps_no_count_of_the_attempts_between() -> None:
+    """Bisection rolls back to one checkpoint more than once: each attempt's counts (searches,
+    pages embedded from text ...) go with it."""
+    pipeline = PagePipeline(
+        MemoryPageStore(),
+        FaissIndex(dim=DIM),
+        make_scorer("lbla"),
+        PipelineConfig(embedding_dim=DIM),
+    )
+    saved = pipeline._checkpoint()
+    for attempt in (5, 3):
+        pipeline.counters.searches += attempt
+        pipeline._roll_back(saved, index=False)
+        assert pipeline.counters.searches == 0
