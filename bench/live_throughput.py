@@ -8,8 +8,13 @@
 2. Latency: one worker, fresh topics, events produced at half the measured one-worker rate;
    latency of an event = the priority message's timestamp - the fetched message's timestamp
    (both stamped by their producers on this machine); p50 / p99 reported.
-3. Redis memory per page: MEMORY USAGE of every key kind of a sample of pages, and the growth
-   of INFO used_memory over the throughput run divided by the pages stored.
+3. Redis memory per page: MEMORY USAGE of every key kind of a sample of keys (page records,
+   sibling groups; the page records' sections by size), and the growth of INFO used_memory
+   (summed over a cluster's masters) over the throughput run divided by the pages stored.
+
+``--redis-url`` points the workers at another Redis (a private server, or a node of a Redis
+Cluster: ``--cluster`` starts a local one of 3 masters with a replica each), so that other
+clients of the default one do not move ``used_memory``.
 
 Figures print as a table and as JSON (--json FILE). Floors (issue 5): 3,000 events/s per
 worker; p99 event -> priority latency < 1 s at half that rate.
@@ -30,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 import orjson
-import redis
+from redis.cluster import RedisCluster
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -39,7 +44,8 @@ from online.fetch import parse_fetch
 from streams.cli_live import produce_file
 from streams.harness import WorkerProcess, wait_for, worker_settings
 from streams.kafka_io import ensure_topics, free_port, start_tansu
-from streams.redis_store import RedisPageStore
+from streams.local_redis import LocalRedisCluster
+from streams.redis_store import RedisPageStore, redis_client
 from streams.settings import Settings
 from streams.topic_replay import read_topic
 
@@ -53,7 +59,7 @@ def drain(
     t0 = time.perf_counter()
     produce_file(settings, events)
     produce_s = time.perf_counter() - t0
-    mem_before = client.info("memory")["used_memory"]
+    mem_before = used_memory(client)
     workers = []
     for i in range(n_workers):
         s = settings.model_copy(update={"worker_id": f"w{i}", "web_port": free_port()})
@@ -97,8 +103,8 @@ def drain(
         }
         store = RedisPageStore(client, prefix=settings.redis_key_prefix)
         pages = store.pages()
-        mem_after = client.info("memory")["used_memory"]
-        per_page = sample_memory(client, settings.redis_key_prefix)
+        mem_after = used_memory(client)
+        per_page = sample_memory(store, pages)
         out = {
             "workers": n_workers,
             "batch_size": settings.batch_size,
@@ -130,28 +136,49 @@ def drain(
     return out
 
 
-def sample_memory(client, prefix: str, n: int = 200) -> dict:
-    """Mean MEMORY USAGE per key kind over up to n pages with a state, and their sum."""
-    sizes: dict[str, list[int]] = {"s": [], "t": [], "n": [], "r": []}
-    for key in client.scan_iter(match=f"{prefix}t:*", count=1000):
-        pid = key.decode().rsplit(":", 1)[1]
-        for kind in ("t", "n", "r"):
-            usage = client.memory_usage(f"{prefix}{kind}:{pid}")
-            if usage:
-                sizes[kind].append(usage)
-        if len(sizes["t"]) >= n:
-            break
-    for key in client.scan_iter(match=f"{prefix}s:*", count=1000):
-        sizes["s"].append(client.memory_usage(key) or 0)
-        if len(sizes["s"]) >= n:
-            break
+def used_memory(client) -> int:
+    """INFO used_memory of the server, or summed over a cluster's masters."""
+    if isinstance(client, RedisCluster):
+        nodes = [client.get_redis_connection(n) for n in client.get_primaries()]
+        return sum(int(n.info("memory")["used_memory"]) for n in nodes)
+    return int(client.info("memory")["used_memory"])
+
+
+def sample_memory(store: RedisPageStore, pages: int, n: int = 400) -> dict:
+    """Mean MEMORY USAGE of a sample of each key kind (page records ``p``, which hold the
+    sibling groups too, and the groups' gains ``gg``), the mean bytes of each section of a
+    page record, and the total a page costs: every record and gain, shared out over the
+    pages (a page record may be only a group's home)."""
+    import re
+    import struct
+
+    client = store.client
+    sizes: dict[str, list[int]] = {"p": [], "gg": []}
+    counts = dict.fromkeys(sizes, 0)
+    sections = []
+    kind_of = re.compile(rb"\{[0-9]+\}([a-z]+):")
+    for key in store.keys():  # noqa: SIM118 - a store, not a dict
+        m = kind_of.search(key)
+        kind = m.group(1).decode() if m else ""
+        if kind not in sizes:
+            continue
+        counts[kind] += 1
+        if len(sizes[kind]) < n:
+            sizes[kind].append(int(client.memory_usage(key) or 0))
+            if kind == "p":
+                sections.append(struct.unpack_from("<BBIIHI", client.get(key), 0)[1:])
     means = {k: round(float(np.mean(v))) if v else 0 for k, v in sizes.items()}
-    means["total"] = sum(means.values())
+    total = sum(means[k] * counts[k] / max(pages, 1) for k in sizes)
+    means["total"] = round(total)
+    if sections:
+        names = ("stats", "state", "related", "row", "group")
+        mean = np.mean(sections, axis=0).round().tolist()
+        means["sections"] = dict(zip(names, mean, strict=True))
     return means
 
 
 def latency(
-    bootstrap, events: Path, rate: float, seconds: float, tmp: Path, **worker: object
+    bootstrap, events: Path, rate: float, seconds: float, tmp: Path, client, **worker: object
 ) -> dict:
     prefix = f"lat{uuid.uuid4().hex[:8]}"
     settings = worker_settings(bootstrap, prefix, topic_partitions=1, log_level="WARNING", **worker)
@@ -182,7 +209,7 @@ def latency(
                 lat.append((m.timestamp - t_in) / 1000)
     finally:
         w.stop()
-        RedisPageStore(redis.Redis(), prefix=settings.redis_key_prefix).delete_all()
+        RedisPageStore(client, prefix=settings.redis_key_prefix).delete_all()
     arr = np.array(lat)
     return {
         "rate": round(rate),
@@ -236,9 +263,21 @@ def main() -> None:
         default=defaults["batch_size"].default,
         help="the worker's batch_size in the latency phase (default: settings)",
     )
+    ap.add_argument(
+        "--redis-url",
+        default=Settings.model_fields["redis_url"].default,
+        help="the workers' Redis: a server, or a node of a cluster (default: settings)",
+    )
+    ap.add_argument(
+        "--cluster",
+        action="store_true",
+        help="start a local Redis Cluster (3 masters, a replica each) and use it",
+    )
     args = ap.parse_args()
 
     tmp = Path(tempfile.mkdtemp(prefix="lookaround-bench-"))
+    cluster = LocalRedisCluster(tmp / "redis-cluster").start() if args.cluster else None
+    redis_url = cluster.url if cluster is not None else args.redis_url
     events = tmp / "crawl.jsonl.gz"
     print(f"generating {args.pages:,} pages x {args.crawls} crawls ...", flush=True)
     config = GeneratorConfig(
@@ -248,12 +287,14 @@ def main() -> None:
     n_events = info["events"]
     port = free_port()
     broker = start_tansu(port, tmp / "tansu.log")
-    client = redis.Redis()
+    client = redis_client(Settings(redis_url=redis_url))
     results: dict = {"events": n_events, "pages": args.pages, "crawls": args.crawls, "runs": []}
     try:
         bootstrap = f"127.0.0.1:{port}"
         for n in [int(x) for x in args.workers.split(",") if x.strip()]:
-            extra: dict = {} if args.batch_size is None else {"batch_size": args.batch_size}
+            extra: dict = {"redis_url": redis_url}
+            if args.batch_size is not None:
+                extra["batch_size"] = args.batch_size
             if args.parse_processes is not None:
                 extra["parse_processes"] = args.parse_processes
             r = drain(bootstrap, events, n_events, n, tmp, client, **extra)
@@ -267,6 +308,8 @@ def main() -> None:
                 rate,
                 args.latency_seconds,
                 tmp,
+                client,
+                redis_url=redis_url,
                 batch_within_seconds=args.latency_batch_within,
                 batch_size=args.latency_batch_size,
             )
@@ -275,6 +318,8 @@ def main() -> None:
     finally:
         broker.terminate()
         broker.wait(10)
+        if cluster is not None:
+            cluster.stop()
         shutil.rmtree(tmp, ignore_errors=True)
     print()
     if results["runs"]:

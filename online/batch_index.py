@@ -22,9 +22,11 @@ from online.stores import Neighbours
 class BatchIndex:
     """The index as one batch at a time searches and changes it."""
 
-    def __init__(self, index: VectorIndex, neighbours: int) -> None:
+    def __init__(self, index: VectorIndex, neighbours: int, *, half: bool = True) -> None:
         self.index = index
         self.neighbours = neighbours
+        #: related-page weights rounded to half precision, as stored (`PipelineConfig`)
+        self.half = half
         #: the current batch's vectors, waiting for its last store read: (ids, vectors)
         self._writes: tuple[np.ndarray, np.ndarray] | None = None
         #: how to undo the current batch's index writes: (ids, which were there, their vectors)
@@ -41,7 +43,7 @@ class BatchIndex:
     def finish_search(self, search: Search) -> dict[int, Neighbours]:
         """The searched events' neighbours (by the plan's id()); their vectors wait until
         `write`."""
-        found, writes = finish_search(self.index, search, self.neighbours)
+        found, writes = finish_search(self.index, search, self.neighbours, half=self.half)
         if writes is not None:
             self._writes = writes
         return found

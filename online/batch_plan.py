@@ -27,7 +27,7 @@ from online.fetch import Fetch
 from online.history import Kind, PageState
 from online.index import VectorIndex
 from online.neighbour_search import PlannedEvent, moved_materially
-from online.stores import Neighbours, direction_codes
+from online.stores import Neighbours, codes_cosine, direction_codes
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +40,9 @@ class SearchRules:
     recompute_growth: float
     drift_growth: float
     drift_similarity: float
+    #: the found-with direction in 4 bits a dimension, its own cosine kept to allow for it
+    #: (`PipelineConfig.compact_store`); False: int8 codes
+    compact: bool = True
 
     def stale(
         self, current: Neighbours, size: int, changed: bool, vector: np.ndarray | None
@@ -54,7 +57,9 @@ class SearchRules:
         if size >= self.drift_growth * found_at:
             return True
         assert vector is not None  # a changed page's new vector
-        return moved_materially(vector, current.found_with, self.drift_similarity)
+        return moved_materially(
+            vector, current.found_with, self.drift_similarity, current.found_cos
+        )
 
 
 def plan_batch(
@@ -118,10 +123,14 @@ def plan_batch(
             embed_fp[event.url] = fp
             batch_vectors[pid] = vector
         if search:
-            p.found_with = direction_codes(vector)
+            if rules.compact:
+                p.found_with = direction_codes(vector)
+                p.found_cos = codes_cosine(vector, p.found_with)
+            else:
+                p.found_with = direction_codes(vector, levels=127)
             # Placeholder so a later event of the same page in this batch sees it as fresh.
             nbrs[pid] = Neighbours(
-                np.empty(0, np.int64), np.empty(0, np.float32), size, p.found_with
+                np.empty(0, np.int64), np.empty(0, np.float32), size, p.found_with, p.found_cos
             )
     return pending
 

@@ -54,6 +54,13 @@ STATS_FIELDS = (
 _DYNAMIC_STATS = STATS_FIELDS[:8]
 _STATIC_STATS = STATS_FIELDS[9:]
 N_STATS = len(STATS_FIELDS)
+#: Stats that can exceed half precision's range (sizes in bytes): kept in float32 where the
+#: others are kept in half precision (`online.stores.to_half`), as are the look-around
+#: features averaged from them.
+WIDE_STATS = ("content_size", "text_size")
+#: Whether the pipeline stores stats, related-page weights and look-around rows in half
+#: precision (`online.pipeline.PipelineConfig.compact_store`): off by default, see there.
+DEFAULT_COMPACT_STORE = False
 
 
 _AGGREGATES = (
@@ -114,6 +121,13 @@ SIBLING_NAMES = [
 ]
 #: Where each sibling feature sits among `related_features`' columns.
 SIBLING_COLUMNS = [RELATED_NAMES.index(n.replace("sibling", "related")) for n in SIBLING_NAMES]
+#: The look-around part of a feature row (what follows the page's own features): the only
+#: part of a row that is stored until its label arrives, the own part being recomputed from
+#: the page's state (`online.pipeline`).
+LOOKAROUND_NAMES = RELATED_NAMES + SIBLING_NAMES
+#: Which stats columns, and which look-around columns, are kept in float32 (`WIDE_STATS`).
+STATS_WIDE = np.array([name in WIDE_STATS for name in STATS_FIELDS])
+LOOKAROUND_WIDE = np.array([name.endswith(WIDE_STATS) for name in LOOKAROUND_NAMES])
 
 
 def feature_names(history: int = DEFAULT_HISTORY) -> list[str]:

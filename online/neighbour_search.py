@@ -24,7 +24,7 @@ import numpy as np
 from online.fetch import Fetch
 from online.history import Kind
 from online.index import VectorIndex, neighbour_weights
-from online.stores import Neighbours
+from online.stores import Neighbours, to_half
 
 #: Extra candidates fetched beyond k, so near-ties at the k-th place are settled by the exact
 #: recomputed similarities rather than by the search path.
@@ -44,20 +44,27 @@ DEFAULT_DRIFT_SIMILARITY = 0.995
 DEFAULT_DRIFT_GROWTH = 1.1
 
 
-def moved_materially(vector: np.ndarray, found_with: np.ndarray | None, threshold: float) -> bool:
+def moved_materially(
+    vector: np.ndarray, found_with: np.ndarray | None, threshold: float, found_cos: float = 1.0
+) -> bool:
     """Whether a page whose vector changed to ``vector`` needs its related pages searched
-    again: its cosine similarity to the direction they were found with (``found_with``, int8
-    codes, `online.stores.direction_codes`) is below ``threshold``. An unknown direction
-    (None: neighbours stored before it was kept), a zero vector and a threshold of 1 or more
-    always search."""
+    again: its cosine similarity to the vector they were found with is below ``threshold``.
+
+    That vector is known by its direction codes (``found_with``, 4 bits a dimension:
+    `online.stores.direction_codes`) and their cosine to it (``found_cos``). The codes' own
+    error is about orthogonal to both the old vector and the drift from it, so the cosine to
+    the old vector is the cosine to the codes divided by ``found_cos``: coarse codes then do
+    not count as a move (without the division, 4-bit codes alone sit about 0.007 below a
+    cosine of 1, past the default threshold's 0.005). An unknown direction (None: neighbours
+    stored before it was kept), a zero vector and a threshold of 1 or more always search."""
     if found_with is None or threshold >= 1.0:
         return True
     codes = found_with.astype(np.float64)
     v = np.asarray(vector, dtype=np.float64).reshape(-1)
     norms = float(np.sqrt((v @ v) * (codes @ codes)))
-    if not norms > 0.0:
+    if not norms > 0.0 or not found_cos > 0.0:
         return True
-    return float(v @ codes) / norms < threshold
+    return float(v @ codes) / norms / found_cos < threshold
 
 
 @dataclass(slots=True)
@@ -76,6 +83,7 @@ class PlannedEvent:
     neighbours: Neighbours | None = None
     indexed_fp: int = 0
     found_with: np.ndarray | None = None
+    found_cos: float = 1.0
 
     def planned_vector(self) -> np.ndarray:
         """The vector its search uses (every event planned for a search has one)."""
@@ -157,9 +165,10 @@ def start_search(
 
 
 def finish_search(
-    index: VectorIndex, search: Search, k: int
+    index: VectorIndex, search: Search, k: int, *, half: bool = True
 ) -> tuple[dict[int, Neighbours], tuple[np.ndarray, np.ndarray] | None]:
-    """Neighbours for the events that need them, each as of its place in the stream.
+    """Neighbours for the events that need them, each as of its place in the stream, their
+    weights rounded to half precision (``half``, as stored: `online.stores.to_half`).
 
     Candidates come from the index as it stood before the batch (minus pages whose vector
     changed earlier in the batch) and from the vectors the batch itself set before the
@@ -244,6 +253,7 @@ def finish_search(
     best_sims = np.take_along_axis(sims, order, axis=1)
     best_ids = np.where(np.isfinite(best_sims), best_ids, -1)
     weights = neighbour_weights(np.where(best_ids >= 0, best_sims, 0.0), best_ids)
+    weights = to_half(weights) if half else weights.astype(np.float32)
     new_so_far = np.cumsum(~in_index & _first_occurrence(ids))
 
     out: dict[int, Neighbours] = {}
@@ -252,9 +262,10 @@ def finish_search(
         keep = weights[at] > 0
         out[id(p)] = Neighbours(
             best_ids[at][keep],
-            weights[at][keep].astype(np.float32),
+            weights[at][keep],
             search.size_before + int(new_so_far[row]),
             p.found_with,
+            p.found_cos,
         )
     return out, writes
 

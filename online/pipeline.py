@@ -41,7 +41,16 @@ from online.batch_walk import Walk, walk_history
 from online.embedding import HashingTextEmbedder
 from online.emit import Emitter
 from online.events import DEFAULT_EMBEDDING_DIM, FetchedPage, utc_now
-from online.features import DEFAULT_NEIGHBOURS, feature_names, own_feature_matrix, stats_columns
+from online.features import (
+    DEFAULT_COMPACT_STORE,
+    DEFAULT_NEIGHBOURS,
+    LOOKAROUND_NAMES,
+    LOOKAROUND_WIDE,
+    STATS_WIDE,
+    feature_names,
+    own_feature_matrix,
+    stats_columns,
+)
 from online.fetch import Fetch, prepare
 from online.history import DEFAULT_HISTORY, PageState
 from online.index import VectorIndex
@@ -61,7 +70,7 @@ from online.scored import ScoredColumns, finite_scores, flag_missing_model, with
 from online.scoring import LearningScorer, Scorer, Scores
 from online.sibling_stage import batch_related_updates, pass_groups, read_siblings
 from online.state_codec import StateRefused
-from online.stores import Neighbours, PageStore, PageWrites
+from online.stores import Neighbours, PageStore, PageWrites, to_half
 
 log = logging.getLogger("lookaround.pipeline")
 
@@ -97,6 +106,17 @@ class PipelineConfig:
     #: fetches a day the crawler spends: ``next_fetch_at`` then follows the square-root
     #: allocation of that budget (`online.schedule`); None: ``revisit``'s target
     fetch_budget_per_day: float | None = None
+    #: what a batch stores is made compact where it is made, so that every store (memory,
+    #: Redis) holds the same numbers: stats, related-page weights and the look-around part
+    #: of feature rows in half precision (`online.stores.to_half`; sizes in bytes stay
+    #: float32), the direction related pages were found with in 4 bits a dimension, allowed
+    #: for by its cosine (`online.neighbour_search.moved_materially`). False: float32 and
+    #: int8 codes as before, what ``bench/store_precision.py`` measures the change against.
+    #: Off by default: it moves no score by more than half precision does, but a learned
+    #: scorer's choices on a sparse site follow its few positive pages so closely that such
+    #: moves shift its rankings both ways, and the quality floors were measured without it
+    #: (docs/scaling.md has what it saves in Redis)
+    compact_store: bool = DEFAULT_COMPACT_STORE
 
 
 @dataclass
@@ -152,9 +172,13 @@ class PagePipeline:
         self.feature_names = feature_names(self.config.history)
         self._columns = {name: j for j, name in enumerate(self.feature_names)}
         self._stats_columns = stats_columns(self.config.history)
-        self._batch_index = BatchIndex(index, self.config.neighbours)
+        compact = self.config.compact_store
+        self._batch_index = BatchIndex(index, self.config.neighbours, half=compact)
         self._search_rules = SearchRules(
-            self.config.recompute_growth, self.config.drift_growth, self.config.drift_similarity
+            self.config.recompute_growth,
+            self.config.drift_growth,
+            self.config.drift_similarity,
+            compact,
         )
         #: the scorer, when it learns from the stream (its state is stored and rolled back)
         self.learner: LearningScorer | None = (
@@ -287,6 +311,8 @@ class PagePipeline:
         if walk.applied:
             assert own is not None
             own_stats = own[:, self._stats_columns].astype(np.float32)
+            if self.config.compact_store:  # as stored: what the page lends its neighbours
+                own_stats = to_half(own_stats, STATS_WIDE)
             matrix = feature_matrix(
                 own, own_stats, walk.applied, nbr_of, siblings.of, lookup, self.config.neighbours
             )
@@ -360,13 +386,16 @@ class PagePipeline:
         the labels the batch brought, and its rows and state go with the batch's writes."""
         if self.learner is not None:
             rows32 = matrix.astype(np.float32)
-            previous = [rows32[at] if isinstance(at, int) else at for at in walk.previous_at]
+            own_width = len(self.feature_names) - len(LOOKAROUND_NAMES)
+            if self.config.compact_store:
+                rows32[:, own_width:] = to_half(rows32[:, own_width:], LOOKAROUND_WIDE)
+            previous = self._previous_rows(walk, rows32, own_width)
             times = [r.event.timestamp for r in walk.applied]
             scores = self.learner.score_and_learn(
                 matrix, self._columns, previous, walk.labels, times
             )
-            for a, r in enumerate(walk.applied):
-                writes.rows[r.page_id] = rows32[a]
+            for a, r in enumerate(walk.applied):  # the own part is recomputed when labelled
+                writes.rows[r.page_id] = rows32[a, own_width:].copy()
             writes.learner = self.learner.state()
         else:
             scores = self.scorer.score_matrix(matrix, self._columns)
@@ -374,6 +403,36 @@ class PagePipeline:
         scores, replaced = finite_scores(scores)
         self.counters.nonfinite_scores += replaced
         return scores
+
+    def _previous_rows(
+        self, walk: Walk, rows32: np.ndarray, own_width: int
+    ) -> list[np.ndarray | None]:
+        """The rows the applied events' labels are for: from this batch, or stored (the own
+        part recomputed from the state it was made from: the same numbers, as
+        `online.features.own_feature_matrix` depends on nothing else, joined to the stored
+        look-around part). A stored row of another width is passed on whole if it is a full
+        row (float32) and is otherwise not learned from."""
+        out: list[np.ndarray | None] = [None] * len(walk.previous_at)
+        rebuild: list[int] = []
+        for a, at in enumerate(walk.previous_at):
+            if isinstance(at, int):
+                out[a] = rows32[at]
+            elif at is not None:
+                if len(at) == rows32.shape[1]:
+                    out[a] = np.asarray(at, dtype=np.float32)
+                elif len(at) == rows32.shape[1] - own_width:
+                    rebuild.append(a)
+        if rebuild:
+            before = walk.states_before()  # the states the stored rows were made from
+            rebuild = [a for a in rebuild if before[a] is not None]  # no state: not learned
+            states = [before[a] for a in rebuild]
+            urls = [walk.applied[a].event.url for a in rebuild]
+            if rebuild:
+                own = own_feature_matrix(states, urls, self.config.history).astype(np.float32)
+                for a, own_row in zip(rebuild, own, strict=True):
+                    stored = walk.previous_at[a]
+                    out[a] = np.concatenate([own_row, stored])  # type: ignore[list-item]
+        return out
 
     def _write(self, writes: PageWrites, walk: Walk) -> None:
         """Everything the batch changed, in one store write; then the counters."""

@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 import numpy as np
 
-from online.features import N_STATS
+from online.features import LOOKAROUND_WIDE, N_STATS
 from online.history import PageState
+from online.history import from_bytes as state_from_bytes
+from online.history import to_bytes as state_to_bytes
 from online.links import url_id
 from online.related_updates import GroupGain, SiblingFollow, SiblingGroup
 from online.schedule import Allocation
@@ -25,60 +27,237 @@ from online.schedule import Allocation
 @dataclass(frozen=True, slots=True)
 class Neighbours:
     """A page's related pages: ids, weights summing to 1, the index size when found and the
-    direction of the vector they were found with (`direction_codes`; None: unknown).
+    direction of the vector they were found with (`direction_codes`; None: unknown), with
+    that vector's cosine to its codes (``found_cos``, see `online.neighbour_search`).
 
-    Stored as bytes, versioned: version 2 carries the found-with direction (int8 codes), and
-    version 1, written before it was kept, is still read, its direction unknown.
+    Stored as bytes, versioned. Version 3 keeps the weights in half precision when they are
+    half-precision values (the pipeline rounds them so: `to_half`) and the direction in 4 bits
+    a dimension when its codes fit; versions 2 (int8 codes, read with ``found_cos`` 1) and 1
+    (no direction) are still read. Every version reads back exactly what was written.
     """
 
     ids: np.ndarray
     weights: np.ndarray
     index_size: int
     found_with: np.ndarray | None = None
+    found_cos: float = 1.0
 
     _HEAD = struct.Struct("<BIH")
     _DIM = struct.Struct("<H")
+    #: version 3: version, flags, index size, ids, dimension of the direction
+    _HEAD3 = struct.Struct("<BBIHH")
+    _COS = struct.Struct("<f")
+    _HALF_WEIGHTS, _NIBBLES, _DIRECTION = 1, 2, 4
 
     def to_bytes(self) -> bytes:
-        body = self.ids.astype("<i8").tobytes() + self.weights.astype("<f4").tobytes()
+        """Version 3 (version 1 for a list without a direction, as before)."""
+        ids = self.ids.astype("<i8").tobytes()
+        weights32 = np.asarray(self.weights, dtype="<f4")
         if self.found_with is None:
-            return self._HEAD.pack(1, self.index_size, len(self.ids)) + body
-        codes = self.found_with.astype(np.int8)
-        return (
-            self._HEAD.pack(2, self.index_size, len(self.ids))
-            + self._DIM.pack(len(codes))
-            + body
-            + codes.tobytes()
-        )
+            return self._HEAD.pack(1, self.index_size, len(self.ids)) + ids + weights32.tobytes()
+        flags = self._DIRECTION
+        half = weights32.astype("<f2")
+        if (half.astype("<f4") == weights32).all():  # a NaN weight: float32, as it is
+            flags |= self._HALF_WEIGHTS
+            weights = half.tobytes()
+        else:
+            weights = weights32.tobytes()
+        codes = np.asarray(self.found_with, dtype=np.int8)
+        if codes.size and int(codes.min()) >= -8 and int(codes.max()) <= 7:
+            flags |= self._NIBBLES
+            direction = pack_nibbles(codes)
+        else:
+            direction = codes.tobytes()
+        head = self._HEAD3.pack(3, flags, self.index_size, len(self.ids), len(codes))
+        found_cos = self._COS.pack(self.found_cos)
+        return head + ids + weights + found_cos + direction
 
     @classmethod
     def from_bytes(cls, data: bytes) -> Neighbours:
-        version, index_size, n = cls._HEAD.unpack_from(data, 0)
-        if version not in (1, 2):
+        """Any version; raises ValueError on a foreign or truncated blob."""
+        if not data or data[0] not in (1, 2, 3):
             raise ValueError("unknown neighbours format")
-        offset = cls._HEAD.size
-        dim = 0
-        if version == 2:
-            (dim,) = cls._DIM.unpack_from(data, offset)
-            offset += cls._DIM.size
-        ids = np.frombuffer(data, dtype="<i8", count=n, offset=offset)
-        weights = np.frombuffer(data, dtype="<f4", count=n, offset=offset + 8 * n)
-        found_with = None
-        if version == 2:
-            found_with = np.frombuffer(data, dtype=np.int8, count=dim, offset=offset + 12 * n)
-            found_with = found_with.copy()
+        try:
+            if data[0] == 3:
+                return cls._from_v3(data)
+            version, index_size, n = cls._HEAD.unpack_from(data, 0)
+            offset = cls._HEAD.size
+            dim = 0
+            if version == 2:
+                (dim,) = cls._DIM.unpack_from(data, offset)
+                offset += cls._DIM.size
+            ids = np.frombuffer(data, dtype="<i8", count=n, offset=offset)
+            weights = np.frombuffer(data, dtype="<f4", count=n, offset=offset + 8 * n)
+            found_with = None
+            if version == 2:
+                found_with = np.frombuffer(data, dtype=np.int8, count=dim, offset=offset + 12 * n)
+                found_with = found_with.copy()
+        except (struct.error, ValueError) as exc:
+            raise ValueError(f"truncated neighbours record ({exc})") from None
         return cls(ids.astype(np.int64), weights.astype(np.float32), index_size, found_with)
 
+    @classmethod
+    def _from_v3(cls, data: bytes) -> Neighbours:
+        _, flags, index_size, n, dim = cls._HEAD3.unpack_from(data, 0)
+        offset = cls._HEAD3.size
+        ids = np.frombuffer(data, dtype="<i8", count=n, offset=offset)
+        offset += 8 * n
+        half = flags & cls._HALF_WEIGHTS
+        weights = np.frombuffer(data, dtype="<f2" if half else "<f4", count=n, offset=offset)
+        offset += (2 if half else 4) * n
+        (found_cos,) = cls._COS.unpack_from(data, offset)
+        offset += cls._COS.size
+        if flags & cls._NIBBLES:
+            codes = unpack_nibbles(data[offset : offset + (dim + 1) // 2], dim)
+        else:
+            codes = np.frombuffer(data, dtype=np.int8, count=dim, offset=offset).copy()
+        if len(codes) != dim:
+            raise ValueError("truncated neighbours record (direction)")
+        return cls(ids.astype(np.int64), weights.astype(np.float32), index_size, codes, found_cos)
 
-def direction_codes(vector: np.ndarray) -> np.ndarray:
-    """A vector's direction in one byte a dimension: int8 codes proportional to it (the
-    largest component at +-127). What a page's related pages were found with is kept this
-    way (`Neighbours.found_with`); a cosine similarity needs no more than the direction."""
+
+#: The found-with direction's codes run from -DIRECTION_LEVELS to +DIRECTION_LEVELS: 4 bits a
+#: dimension (`Neighbours` packs two a byte).
+DIRECTION_LEVELS = 7
+
+
+def direction_codes(vector: np.ndarray, levels: int = DIRECTION_LEVELS) -> np.ndarray:
+    """A vector's direction as int8 codes proportional to it, the largest component at
+    +-``levels`` (7 by default: 4 bits a dimension; 127: a byte). What a page's related pages
+    were found with is kept this way (`Neighbours.found_with`); a cosine similarity needs no
+    more than the direction, and the codes' own error is allowed for with their cosine to
+    the vector (`codes_cosine`)."""
     v = np.asarray(vector, dtype=np.float64).reshape(-1)
     top = float(np.max(np.abs(v))) if v.size else 0.0
     if not np.isfinite(top) or top == 0.0:
         return np.zeros(v.size, dtype=np.int8)
-    return np.rint(v * (127.0 / top)).astype(np.int8)
+    return np.rint(v * (levels / top)).astype(np.int8)
+
+
+def codes_cosine(vector: np.ndarray, codes: np.ndarray) -> float:
+    """The cosine of ``vector`` with its direction codes, as a float32 value (what is stored):
+    1 for a zero vector or zero codes (nothing to correct)."""
+    v = np.asarray(vector, dtype=np.float64).reshape(-1)
+    c = np.asarray(codes, dtype=np.float64).reshape(-1)
+    norms = float(np.sqrt((v @ v) * (c @ c)))
+    if not norms > 0.0:
+        return 1.0
+    return float(np.float32(min(float(v @ c) / norms, 1.0)))
+
+
+def pack_nibbles(codes: np.ndarray) -> bytes:
+    """int8 codes in [-8, 7], two a byte (the first in the low half)."""
+    nibbles = (np.asarray(codes, dtype=np.int16) & 0x0F).astype(np.uint8)
+    if len(nibbles) % 2:
+        nibbles = np.append(nibbles, np.uint8(0))
+    return (nibbles[0::2] | (nibbles[1::2] << 4)).tobytes()
+
+
+#: Each byte's two codes (low half first), for `unpack_nibbles`.
+_NIBBLES = np.array(
+    [[(b & 0x0F) - 16 * (b & 0x08 > 0), (b >> 4) - 16 * (b & 0x80 > 0)] for b in range(256)],
+    dtype=np.int8,
+)
+
+
+def unpack_nibbles(data: bytes, n: int) -> np.ndarray:
+    """`pack_nibbles`' inverse: ``n`` int8 codes."""
+    return _NIBBLES[np.frombuffer(data, dtype=np.uint8)].reshape(-1)[:n].copy()
+
+
+#: Half precision's largest finite value: a larger magnitude is kept as it (`to_half`).
+HALF_MAX = 65504.0
+
+
+def to_half(values: np.ndarray, wide: np.ndarray | None = None) -> np.ndarray:
+    """``values`` as float32 holding half-precision values (magnitudes clamped to 65,504), but
+    for the ``wide`` columns (a boolean mask over the last axis), kept as they are. What the
+    pipeline stores of stats, related-page weights and feature rows is rounded so where it is
+    made, whichever store keeps it: the memory store and Redis hold the same numbers, and
+    Redis keeps them in two bytes (`pack_floats`)."""
+    x = np.asarray(values, dtype=np.float32)
+    half = np.clip(x, -HALF_MAX, HALF_MAX).astype(np.float16).astype(np.float32)
+    if wide is None or not wide.any():
+        return half
+    return np.where(wide, x, half).astype(np.float32)
+
+
+#: `pack_floats` layouts: every value float32, or the narrow columns in half precision.
+_FULL, _COMPACT = 0, 1
+
+
+def pack_floats(values: np.ndarray, wide: np.ndarray) -> bytes:
+    """A float32 row as stored: a layout byte, then, when its narrow columns (not ``wide``)
+    hold half-precision values (`to_half`), those as float16 followed by the wide ones as
+    float32 (each in column order); else every value as float32. Lossless either way."""
+    return pack_float_rows(np.asarray(values, dtype=np.float32).reshape(1, -1), wide)[0]
+
+
+def pack_float_rows(rows: np.ndarray, wide: np.ndarray) -> list[bytes]:
+    """`pack_floats` of each row of a (m, n) matrix, the rows encoded together."""
+    m = np.ascontiguousarray(rows, dtype="<f4")
+    out: list[bytes] = [b""] * len(m)
+    compact = np.zeros(len(m), dtype=bool)
+    if m.shape[1] == len(wide):
+        narrow = m[:, ~wide]
+        half = narrow.astype("<f2")
+        back = half.astype("<f4")
+        compact = ((back == narrow) | (np.isnan(back) & np.isnan(narrow))).all(axis=1)
+        if compact.any():
+            parts = [
+                np.full((int(compact.sum()), 1), _COMPACT, dtype=np.uint8),
+                half[compact].view(np.uint8),
+                np.ascontiguousarray(m[compact][:, wide]).view(np.uint8),
+            ]
+            packed = np.hstack(parts)
+            for at, row in zip(np.flatnonzero(compact).tolist(), packed, strict=True):
+                out[at] = row.tobytes()
+    full = np.flatnonzero(~compact)
+    if len(full):
+        packed = np.hstack([np.full((len(full), 1), _FULL, np.uint8), m[full].view(np.uint8)])
+        for at, row in zip(full.tolist(), packed, strict=True):
+            out[at] = row.tobytes()
+    return out
+
+
+def unpack_floats(data: bytes, wide: np.ndarray) -> np.ndarray:
+    """`pack_floats`' inverse (float32); raises ValueError on a damaged blob."""
+    n = len(wide) if data[:1] == bytes([_COMPACT]) else max(len(data) - 1, 0) // 4
+    return unpack_float_rows([data], wide, n)[0]
+
+
+def unpack_float_rows(blobs: Sequence[bytes], wide: np.ndarray, n: int) -> np.ndarray:
+    """Many `pack_floats` rows of ``n`` values at once, as one (len(blobs), n) float32
+    matrix, the rows of each layout decoded together. Raises ValueError naming the first
+    damaged row (a wrong size, an unknown layout)."""
+    out = np.empty((len(blobs), n), dtype=np.float32)
+    n_wide = int(wide.sum()) if len(wide) == n else -1
+    sizes = {_FULL: 1 + 4 * n, _COMPACT: 1 + 2 * (n - n_wide) + 4 * n_wide}
+    layouts = np.array([b[0] if b else 255 for b in blobs], dtype=np.int16)
+    lengths = np.array([len(b) for b in blobs], dtype=np.int64)
+    for layout, size in sizes.items():
+        if layout == _COMPACT and n_wide < 0:
+            continue
+        bad = np.flatnonzero((layouts == layout) & (lengths != size))
+        if len(bad):
+            at = int(bad[0])
+            raise ValueError(f"row {at} has {lengths[at]} bytes, expected {size}")
+    known = (layouts == _FULL) | ((layouts == _COMPACT) & (n_wide >= 0))
+    if not known.all():
+        raise ValueError(f"row {int(np.flatnonzero(~known)[0])} has an unknown layout")
+    for layout in (_FULL, _COMPACT):
+        at = np.flatnonzero(layouts == layout)
+        if not len(at):
+            continue
+        raw = np.frombuffer(b"".join(blobs[i] for i in at), dtype=np.uint8)
+        raw = raw.reshape(len(at), sizes[layout])[:, 1:]
+        if layout == _FULL:
+            out[at] = np.ascontiguousarray(raw).view("<f4")
+        else:
+            cut = 2 * (n - n_wide)
+            out[np.ix_(at, np.flatnonzero(~wide))] = np.ascontiguousarray(raw[:, :cut]).view("<f2")
+            out[np.ix_(at, np.flatnonzero(wide))] = np.ascontiguousarray(raw[:, cut:]).view("<f4")
+    return out
 
 
 def row_to_bytes(row: np.ndarray) -> bytes:
@@ -267,3 +446,69 @@ class MemoryPageStore:
 
     def __len__(self) -> int:
         return len(self.states)
+
+
+_NO_WIDE = np.zeros(0, dtype=bool)
+
+
+def row_records(rows: dict[int, np.ndarray]) -> dict[int, bytes]:
+    """Feature rows as a page record keeps them (`pack_floats`): a look-around row in half
+    precision where the pipeline rounded it so (`to_half`), any other row whole, in float32;
+    the look-around rows encoded together."""
+    width = len(LOOKAROUND_WIDE)
+    out: dict[int, bytes] = {}
+    lookaround = [pid for pid, row in rows.items() if len(row) == width]
+    if lookaround:
+        stacked = np.stack([rows[pid] for pid in lookaround])
+        out.update(zip(lookaround, pack_float_rows(stacked, LOOKAROUND_WIDE), strict=True))
+    for pid, row in rows.items():
+        if len(row) != width:
+            out[pid] = pack_floats(row, _NO_WIDE)
+    return out
+
+
+def row_from_record(blob: bytes) -> np.ndarray:
+    """One row of `row_records` back (float32); raises ValueError on a damaged blob."""
+    return unpack_floats(blob, LOOKAROUND_WIDE if blob[:1] == bytes([_COMPACT]) else _NO_WIDE)
+
+
+class CompactMemoryPageStore(MemoryPageStore):
+    """The embedded default at scale: the page records in memory as the bytes a Redis page
+    record holds (`online.history.to_bytes`, `Neighbours.to_bytes`, `row_records`), decoded
+    when read.
+
+    A decoded history state, related-page list and feature row take ~2.8 kB of Python objects
+    a page, their bytes ~0.8 kB, and a replay of a million pages keeps them all. Every
+    encoding reads back exactly what was written, so the scores are those of
+    `MemoryPageStore` (and of the Redis store).
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._state_bytes: dict[str, bytes] = {}
+        self._neighbour_bytes: dict[int, bytes] = {}
+        self._row_bytes: dict[int, bytes] = {}
+
+    def get_states(self, urls: Sequence[str]) -> list[PageState | None]:
+        found = self._state_bytes
+        return [None if (b := found.get(url)) is None else state_from_bytes(b) for url in urls]
+
+    def get_neighbours(self, page_ids: Sequence[int]) -> list[Neighbours | None]:
+        found = self._neighbour_bytes
+        return [
+            None if (b := found.get(pid)) is None else Neighbours.from_bytes(b) for pid in page_ids
+        ]
+
+    def get_rows(self, page_ids: Sequence[int]) -> list[np.ndarray | None]:
+        found = self._row_bytes
+        return [None if (b := found.get(pid)) is None else row_from_record(b) for pid in page_ids]
+
+    def write(self, writes: PageWrites) -> None:
+        records = replace(writes, states={}, neighbours={}, rows={})
+        super().write(records)
+        self._state_bytes.update((url, state_to_bytes(s)) for url, s in writes.states.items())
+        self._neighbour_bytes.update((pid, nb.to_bytes()) for pid, nb in writes.neighbours.items())
+        self._row_bytes.update(row_records(writes.rows))
+
+    def __len__(self) -> int:
+        return len(self._state_bytes)

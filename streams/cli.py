@@ -33,7 +33,7 @@ from online.events import (
     DEFAULT_MAX_URL_LENGTH,
     EventLimits,
 )
-from online.features import DEFAULT_NEIGHBOURS
+from online.features import DEFAULT_COMPACT_STORE, DEFAULT_NEIGHBOURS
 from online.history import DEFAULT_HISTORY
 from online.neighbour_search import DEFAULT_DRIFT_GROWTH, DEFAULT_DRIFT_SIMILARITY
 from online.pipeline import PipelineConfig
@@ -299,6 +299,14 @@ def replay(
             "allocation of that budget.",
         ),
     ] = None,
+    compact_store: Annotated[
+        bool,
+        typer.Option(
+            envvar="LOOKAROUND_COMPACT_STORE",
+            help="Keep stats, related-page weights and look-around rows in half precision, "
+            "as workers with LOOKAROUND_COMPACT_STORE=true do.",
+        ),
+    ] = DEFAULT_COMPACT_STORE,
     earliest_fetch: Annotated[
         str,
         typer.Option(
@@ -337,6 +345,7 @@ def replay(
         drift_growth=drift_growth,
         embedding_dim=embedding_dim,
         fetch_budget_per_day=fetch_budget_per_day,
+        compact_store=compact_store,
     )
     summary = _replay(
         events,

@@ -35,7 +35,7 @@ from streams.cli_live import settings_with as _settings
 from streams.cli_output import out_console
 from streams.kafka_io import kafka_python_options
 from streams.partitioner import partition_of
-from streams.redis_store import RedisPageStore, redis_client
+from streams.redis_store import settings_store
 from streams.replay import read_priorities, read_related
 from streams.settings import ENV_PREFIX, Settings
 from streams.topic_replay import published_priorities
@@ -340,7 +340,7 @@ def state(
         info = link_info(url)
     except InvalidURL as exc:
         raise InputError(f"not a page URL: {url!r} ({exc})") from None
-    store = RedisPageStore(redis_client(settings), prefix=settings.redis_key_prefix)
+    store = settings_store(settings)
     page = store.get_states([info.url])[0]
     if page is None:
         raise InputError(
@@ -441,7 +441,7 @@ def reset(
     prefix = prefix if prefix is not None else settings.redis_key_prefix
     if not prefix:
         raise InputError("an empty prefix would delete the whole database: give one")
-    store = RedisPageStore(redis_client(settings), prefix=prefix)
+    store = settings_store(settings, prefix=prefix)
     keys = len(store.keys())
     where = f"{mask_userinfo(settings.redis_url)}, prefix {prefix!r}"
     if not keys:

@@ -27,8 +27,8 @@ from batch.registry import DEFAULT_POLL_SECONDS
 from online.index import FaissIndex
 from online.pipeline import INFRASTRUCTURE_ERRORS, PagePipeline, PipelineConfig
 from online.scorers import DEFAULT_SCORER
-from online.stores import MemoryPageStore, PageStore
-from streams.redis_store import RedisPageStore, redis_client
+from online.stores import CompactMemoryPageStore, PageStore
+from streams.redis_store import RedisPageStore, settings_store
 from streams.scorers import build_scorer
 from streams.settings import Settings
 
@@ -47,7 +47,8 @@ def build_pipeline(
     infrastructure_errors: tuple[type[BaseException], ...] = INFRASTRUCTURE_ERRORS,
 ) -> PagePipeline:
     """A pipeline with the scorer named ``scorer`` over ``store`` (default: page records in
-    memory) and ``index`` (default: an empty FAISS index of the configured dimension).
+    memory, kept as bytes: `CompactMemoryPageStore`) and ``index`` (default: an empty FAISS
+    index of the configured dimension).
 
     A learned scorer starts from the latest model in ``registry_dir``: one model for the whole
     run, or with ``live`` the registry's watcher, polled every ``poll_seconds``; unless
@@ -56,7 +57,7 @@ def build_pipeline(
     whole batch (to be retried) rather than the event being processed."""
     config = config or PipelineConfig()
     return PagePipeline(
-        store if store is not None else MemoryPageStore(),
+        store if store is not None else CompactMemoryPageStore(),
         index if index is not None else FaissIndex(dim=config.embedding_dim),
         build_scorer(
             scorer,
@@ -81,6 +82,7 @@ def pipeline_config(settings: Settings) -> PipelineConfig:
         drift_growth=settings.drift_growth,
         embedding_dim=settings.embedding_dim,
         fetch_budget_per_day=settings.fetch_budget_per_day,
+        compact_store=settings.compact_store,
     )
 
 
@@ -103,14 +105,9 @@ def worker_pipeline(
 
 
 def worker_store(settings: Settings) -> RedisPageStore:
-    """A live worker's page store: Redis at ``redis_url``, under ``redis_key_prefix``, pages
-    forgotten after ``redis_state_ttl_seconds``, its learned state under ``worker_id``."""
-    return RedisPageStore(
-        redis_client(settings),
-        prefix=settings.redis_key_prefix,
-        ttl=settings.redis_state_ttl_seconds,
-        worker_id=settings.worker_id,
-    )
+    """A live worker's page store (`streams.redis_store.settings_store`): its learned state
+    under ``worker_id``, its writes acknowledged by ``redis_wait_replicas`` replicas."""
+    return settings_store(settings, worker_id=settings.worker_id, wait=True)
 
 
 __all__ = ["build_pipeline", "pipeline_config", "worker_pipeline", "worker_store"]

@@ -1,252 +1,578 @@
-"""The live workers' page store: Redis, one round trip per read kind, one transaction per write.
+"""The live workers' page store: Redis, one server or a Redis Cluster, one record per page.
 
-Keys (``prefix`` first, e.g. ``lookaround:``):
+Keys (``prefix`` first, e.g. ``lookaround:``; ``{T}`` is a hash tag, see below):
 
-* ``{prefix}s:{url}``: the page's history state (`online.history.to_bytes`);
-* ``{prefix}t:{page_id}``: its stats row (what it lends its neighbours);
-* ``{prefix}n:{page_id}``: its related pages;
-* ``{prefix}r:{page_id}``: the feature row of its latest fetch (labelled at the next one);
-* ``{prefix}learner:{worker_id}``: this worker's learned scorer state, as data
-  (`online.state_codec`: never pickle, so a blob written by anyone else cannot run code here);
-* ``{prefix}allocation:{worker_id}``: this worker's budget schedule state (with a budget);
-* ``{prefix}gu:{sibling_key}``: the URLs of the pages sharing a sibling key (a page and its
-  translations, `online.links.sibling_key`), each ended by a newline, appended when a page
-  is first seen (their page ids are derived from them);
-* ``{prefix}gg:{sibling_key}``: the group's latest gain (`online.related_updates.GroupGain`),
+* ``{prefix}{T}p:{page_id}``: the page's record, one string holding its history state
+  (`online.history.to_bytes`), its stats row (what it lends its neighbours), its related pages
+  (`online.stores.Neighbours`), the look-around part of the feature row of its latest fetch
+  (labelled at the next one; the own part is recomputed from the state, `online.pipeline`)
+  and, where the record is a sibling group's home, the group's members. Layout: a version
+  byte (1), the five sections' lengths (``<BIIHI`` after the version: stats, state, related
+  pages, row, group), then the sections in that order; an empty section is absent. Stats and
+  rows are kept by `online.stores.pack_floats` (half precision where the pipeline rounded
+  them so, sizes in float32), related pages by version 3 (half-precision weights, the
+  found-with direction in 4 bits a dimension);
+* a sibling group (the pages sharing a sibling key, a page and its translations:
+  `online.links.sibling_key`) lives in its home record, that of the page ``https://`` + the
+  key: the page itself for most pages, so that a group of one costs a few bytes, not a key.
+  Its members are listed in the order first seen, each ended by a newline, as ``*`` for the
+  home page and as their URL otherwise (their page ids are derived from them), a URL never
+  twice. A home record no page has fetched yet holds only the group;
+* ``{prefix}{T}gg:{sibling_key}``: the group's latest gain (`online.related_updates.GroupGain`),
   written where a fetch showed new links;
-* ``{prefix}follow:{worker_id}``: what this worker saw siblings show after a gain
-  (`online.related_updates.SiblingFollow`).
+* ``{prefix}{T}learner:{worker_id}``: this worker's learned scorer state, as data
+  (`online.state_codec`: never pickle, so a blob written by anyone else cannot run code here);
+* ``{prefix}{T}allocation:{worker_id}``: this worker's budget schedule state (with a budget);
+* ``{prefix}{T}follow:{worker_id}``: what this worker saw siblings show after a gain
+  (`online.related_updates.SiblingFollow`);
+* ``{prefix}{T}ack``: written before a ``WAIT`` (below), so that it waits for everything
+  written to that server so far.
 
-A write is one Lua script, so it is atomic (all of a batch or none of it, learner and
-allocation included)
-and idempotent: a page's records are only written when its new state is newer (by
-``last_fetched_at``) than the stored one, so a redelivered or stale batch never regresses a
-page. Records of pages without a state in the batch are written as they are. ``ttl`` (seconds)
-makes every page record expire when its page is not fetched again for that long.
+**Hash tags.** ``T`` is one of ``slot_tags`` tags (`slot_tags`: tag i is the smallest decimal
+number whose hash slot is i x 16384 / slot_tags, so the tags' slots lie evenly over the slot
+space and so over the masters, each master's share of tags within one of its share of
+slots). A page's tag is its page id modulo ``slot_tags`` (a sibling group's, its home
+page's); a group's gain's, the xxh3 hash of its key modulo that; a worker's keys', the hash
+of its id. Any worker so finds any page's
+record from the page id alone (a neighbour's stats: page ids from the index), whichever
+partition the page belongs to, and a change of partition count moves nothing. Changing
+``slot_tags`` moves every key: the store must then start empty (``lookaround reset``).
 
-All keys of one write go to one server: a Redis Cluster would need hash tags (not supported).
+**One write per batch.** On one server, a batch's write is one Lua script over all its keys:
+atomic (all of a batch or none of it, learner and allocation included) and idempotent: a
+page's record is only written when its new state is newer (by ``last_fetched_at``) than the
+stored one, so a redelivered or stale batch never regresses a page; records of pages without
+a state in the batch are written as they are; sections the batch does not bring (the related
+pages of a page not searched again) are kept from the stored record; a sibling group's URLs
+are only appended when not listed, a gain only replaces an older one.
+
+On a cluster a script may only touch one slot, so the same script runs once per slot, the
+calls to one master sent together (one round trip a master and phase), in three phases:
+sibling groups and gains, then page records, then the worker's own keys (learner,
+allocation, follow). Each script is atomic and idempotent as above; the batch as a whole is
+not. A crash part way leaves some slots written: Kafka redelivers the batch, the written
+pages' events are duplicates (their records are not touched again) and the others are
+processed again. The order bounds what that costs: groups first, so that a page seen for the
+first time is in its group before its record says it was seen (the append is conditional,
+so a redelivery never lists it twice); the worker's keys last, so that the learner never
+learns a batch twice: it misses the labels of the pages written before the crash (at most
+one batch's), and the allocation and sibling-follow state that batch's updates. The events
+processed again see their neighbours' stats as the first attempt left them, and so may be
+published with slightly different priorities than the first time (a crawler takes the
+latest).
+
+**Expiry.** With ``ttl``, a page's record expires when its page is not fetched again for
+that long, unless it holds a sibling group that others need: one of several members, or a
+group whose home page was never fetched (groups never expired before records held them).
+Gains and the worker's keys do not expire.
+
+**Replicas.** Redis replicates asynchronously: a master that fails right after a write may
+take it with it. With ``wait_replicas`` > 0 a write returns only once every master it
+touched has had it acknowledged by that many replicas (``WAIT``, after a write of the ack
+key, so that what it waits for includes writes skipped as already there), else it raises
+`StoreUnavailable`; the worker commits a batch's offsets only after its write returns, so a
+failover loses nothing that was acknowledged. A master without enough replicas blocks the
+writes (and the worker retries) until one is back; 0 prefers availability.
+
+**Errors.** What a cluster says while it changes (``MOVED``, ``ASK``, ``TRYAGAIN``,
+``CLUSTERDOWN``, a master that became a replica, a node that does not answer) raises
+`StoreUnavailable` after the slot map is read again: a ``redis.ConnectionError``, which the
+worker treats as Redis being down, retrying the batch with backoff. A stored record that is
+not ours (another format, damaged) is refused with a ValueError, as a stored state always was.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+import binascii
+import contextlib
+import functools
+import hashlib
+import struct
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 import redis
+import xxhash
+from redis.cluster import ClusterNode, RedisCluster
+from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
+from redis.exceptions import (
+    AskError,
+    ClusterDownError,
+    ClusterError,
+    NoScriptError,
+    ReadOnlyError,
+    RedisClusterException,
+    RedisError,
+    TryAgainError,
+)
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from online.ensemble_state import EnsembleState
-from online.features import N_STATS
+from online.features import LOOKAROUND_WIDE, N_STATS, STATS_WIDE
 from online.history import PageState, from_bytes, to_bytes
-from online.links import link_info
+from online.links import url_id
 from online.related_updates import GroupGain, SiblingFollow, SiblingGroup
 from online.schedule import Allocation
 from online.state_codec import StateRefused
 from online.stores import (
     Neighbours,
     PageWrites,
-    row_from_bytes,
-    row_to_bytes,
+    pack_float_rows,
+    row_from_record,
+    row_records,
     sibling_group,
-    stats_to_bytes,
+    unpack_float_rows,
 )
+from streams.settings import DEFAULT_SLOT_TAGS, Settings
 
-if TYPE_CHECKING:
-    from streams.settings import Settings
+#: The page record's layout version and its header after it: the lengths of the stats,
+#: state, related pages, row and sibling-group sections.
+RECORD_VERSION = 1
+_RECORD_HEAD = struct.Struct("<BBIIHI")
+#: Sections of a page record, in order (1-based in the scripts).
+STATS, STATE, NEIGHBOURS, ROW, GROUP = 1, 2, 3, 4, 5
 
-#: KEYS: learner key, allocation key, follow key, G sibling-group keys, H group-gain keys, then
-#: 4 per page (state, stats, neighbours, row).
-#: ARGV: ttl ms (0: none), learner blob ("" : none), allocation blob ("": none), follow blob
-#: ("": none), G, H, the G groups' appended URLs, the H gains, then 4 per page (state blob,
-#: stats, nbrs, row; "" where absent). A page with a state blob is written only if that
-#: state's last_fetched_at (little-endian double at byte 3 of the blob) is newer than the
-#: stored one's. A gain is written only if it is newer (its first double) than the stored one.
-_WRITE_LUA = """
-local ttl = tonumber(ARGV[1])
-local function put(key, value)
-  if value == '' then return end
-  if ttl > 0 then
-    redis.call('SET', key, value, 'PX', ttl)
+#: Lua helpers every script shares: a page record's sections, and writing one back. A record
+#: expires ``ttl`` ms after its page's last write, unless it holds a sibling group that must
+#: stay: one of several pages, or of a page not fetched (a group's home record, below).
+_LUA_LIB = """
+local HEAD = 16
+local ttl = 0
+local function sections(v)
+  if (not v) or #v < HEAD or string.byte(v, 1) ~= 1 then return nil end
+  local l1, l2, l3, l4, l5 = struct.unpack('<BIIHI', v, 2)
+  if HEAD + l1 + l2 + l3 + l4 + l5 ~= #v then return nil end
+  local at = HEAD + 1
+  local out = {}
+  for _, len in ipairs({l1, l2, l3, l4, l5}) do
+    out[#out + 1] = string.sub(v, at, at + len - 1)
+    at = at + len
+  end
+  return out
+end
+local function save(key, parts, keep_ttl)
+  local v = struct.pack('<BBIIHI', 1, #parts[1], #parts[2], #parts[3], #parts[4], #parts[5])
+    .. table.concat(parts)
+  local _, members = string.gsub(parts[5], '\\n', '')
+  if ttl == 0 or members >= 2 or (parts[2] == '' and members > 0) then
+    redis.call('SET', key, v)
+  elseif keep_ttl then
+    redis.call('SET', key, v, 'KEEPTTL')
   else
-    redis.call('SET', key, value)
+    redis.call('SET', key, v, 'PX', ttl)
   end
 end
-local written = 0
-local skipped = 0
-local groups = tonumber(ARGV[5])
-local gains = tonumber(ARGV[6])
-for g = 1, groups do
-  redis.call('APPEND', KEYS[3 + g], ARGV[6 + g])
+"""
+
+#: KEYS: W worker keys (learner, allocation, follow; W is 0 or 3), G sibling groups' home
+#: records, H group-gain keys, then P page keys.
+#: ARGV: ttl ms (0: none), W, G, H, the W worker blobs ("": unchanged), the G groups' new
+#: members (each ended by a newline), the H gains, then 4 per page (stats, state, related
+#: pages, row; "" where the batch has none). Returns {pages written, pages skipped}.
+_WRITE_LUA = (
+    _LUA_LIB
+    + """
+ttl = tonumber(ARGV[1])
+local nw, ng, nh = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local a = 4
+for g = 1, ng do
+  local key = KEYS[nw + g]
+  local parts = sections(redis.call('GET', key)) or {'', '', '', '', ''}
+  local have = '\\n' .. parts[5]
+  local add = {}
+  for member in string.gmatch(ARGV[a + nw + g], '[^\\n]+') do
+    local line = member .. '\\n'
+    if not string.find(have, '\\n' .. line, 1, true) then
+      add[#add + 1] = line
+      have = have .. line
+    end
+  end
+  if #add > 0 then
+    parts[5] = parts[5] .. table.concat(add)
+    save(key, parts, true)
+  end
 end
-for h = 1, gains do
-  local key = KEYS[3 + groups + h]
-  local gain = ARGV[6 + groups + h]
+for h = 1, nh do
+  local key = KEYS[nw + ng + h]
+  local gain = ARGV[a + nw + ng + h]
   local old = redis.call('GET', key)
-  if (not old) or struct.unpack('<d', gain, 1) > struct.unpack('<d', old, 1) then
+  if (not old) or #old < 8 or struct.unpack('<d', gain, 1) > struct.unpack('<d', old, 1) then
     redis.call('SET', key, gain)
   end
 end
-local fixed = 3 + groups + gains
-for i = 0, (#KEYS - fixed) / 4 - 1 do
-  local k = fixed + 1 + 4 * i
-  local a = 7 + groups + gains + 4 * i
-  local state = ARGV[a]
+local written, skipped = 0, 0
+local k0, a0 = nw + ng + nh, a + nw + ng + nh
+for i = 0, (#KEYS - k0) - 1 do
+  local key = KEYS[k0 + 1 + i]
+  local new = {ARGV[a0 + 1 + 4 * i], ARGV[a0 + 2 + 4 * i], ARGV[a0 + 3 + 4 * i],
+               ARGV[a0 + 4 + 4 * i], ''}
+  local old = sections(redis.call('GET', key)) or {'', '', '', '', ''}
   local ok = true
-  if state ~= '' then
-    local old = redis.call('GET', KEYS[k])
-    if old then
-      local old_ts = struct.unpack('<d', old, 3)
-      local new_ts = struct.unpack('<d', state, 3)
-      if new_ts <= old_ts then ok = false end
-    end
+  if #new[2] >= 10 and #old[2] >= 10 then
+    if struct.unpack('<d', new[2], 3) <= struct.unpack('<d', old[2], 3) then ok = false end
   end
   if ok then
-    put(KEYS[k], state)
-    put(KEYS[k + 1], ARGV[a + 1])
-    put(KEYS[k + 2], ARGV[a + 2])
-    put(KEYS[k + 3], ARGV[a + 3])
+    for j = 1, 5 do
+      if new[j] == '' then new[j] = old[j] end
+    end
+    save(key, new, false)
     written = written + 1
   else
     skipped = skipped + 1
   end
 end
-if ARGV[2] ~= '' then
-  redis.call('SET', KEYS[1], ARGV[2])
-end
-if ARGV[3] ~= '' then
-  redis.call('SET', KEYS[2], ARGV[3])
-end
-if ARGV[4] ~= '' then
-  redis.call('SET', KEYS[3], ARGV[4])
+for w = 1, nw do
+  if ARGV[a + w] ~= '' then redis.call('SET', KEYS[w], ARGV[a + w]) end
 end
 return {written, skipped}
 """
+)
+
+#: KEYS: page keys; ARGV[1]: the section to read (1-5; 0: the whole value, any key; -1 to -5:
+#: whether the section is there, as 1). Returns per key the section (false: no record or an
+#: empty section; 0: not a page record); the stats (1) with the record's head before them
+#: (ARGV[2]: their most bytes), which `RedisPageStore.get_stats` checks and cuts off.
+_READ_LUA = (
+    _LUA_LIB
+    + """
+local which = tonumber(ARGV[1])
+local most = tonumber(ARGV[2] or '0')
+local function stats_of(key)
+  -- the stats come first: read no more of the record than its head and them (at most
+  -- ``most`` bytes), the head cut off by the caller
+  local v = redis.call('GETRANGE', key, 0, HEAD + most - 1)
+  if v == '' then return false end
+  return v
+end
+local wanted = math.abs(which)
+local function section_of(key)
+  local v = redis.call('GET', key)
+  if not v then return false end
+  if which == 0 then return v end
+  if #v < HEAD or string.byte(v, 1) ~= 1 then return 0 end
+  local lens = {struct.unpack('<BIIHI', v, 2)}
+  local at, total = HEAD + 1, HEAD
+  for j = 1, 5 do
+    if j < wanted then at = at + lens[j] end
+    total = total + lens[j]
+  end
+  if total ~= #v then return 0 end
+  local len = lens[wanted]
+  if len == 0 then return false end
+  if which < 0 then return 1 end
+  return string.sub(v, at, at + len - 1)
+end
+local out = {}
+for i, key in ipairs(KEYS) do
+  if which == 1 then out[i] = stats_of(key) else out[i] = section_of(key) end
+end
+return out
+"""
+)
 
 
-STATS_BYTES = 4 * N_STATS
+class StoreUnavailable(RedisConnectionError):
+    """The store cannot be written or read right now (a node down, a failover or a slot
+    migration in progress, replicas that did not acknowledge a write): retry the batch."""
+
+
+#: What a cluster answers while it changes: retry once the slot map is read again.
+_CLUSTER_CHANGING = (
+    AskError,  # MovedError too
+    TryAgainError,
+    ClusterDownError,  # MasterDownError too
+    ClusterError,
+    ReadOnlyError,
+    RedisClusterException,  # SlotNotCoveredError, a cluster that cannot be reached
+    RedisConnectionError,
+    RedisTimeoutError,
+    ConnectionError,
+    TimeoutError,
+)
+
+Client = redis.Redis | RedisCluster
+
+
+@functools.cache
+def slot_tags(count: int) -> tuple[str, ...]:
+    """``count`` hash tags whose slots lie evenly over the 16,384: tag i is the smallest
+    decimal number whose slot (CRC16 mod 16384, as Redis Cluster hashes a ``{tag}``) is
+    ``i * 16384 // count``. Every worker computes the same tags."""
+    if not 1 <= count <= REDIS_CLUSTER_HASH_SLOTS:
+        raise ValueError(f"slot_tags must be between 1 and {REDIS_CLUSTER_HASH_SLOTS}")
+    wanted = {(i * REDIS_CLUSTER_HASH_SLOTS) // count: i for i in range(count)}
+    tags: list[str | None] = [None] * count
+    missing, n = count, 0
+    while missing:
+        tag = str(n)
+        i = wanted.get(tag_slot(tag))
+        if i is not None and tags[i] is None:
+            tags[i] = tag
+            missing -= 1
+        n += 1
+    return tuple(t for t in tags if t is not None)
+
+
+def tag_slot(tag: str) -> int:
+    """The hash slot of a key whose hash tag is ``tag``."""
+    return binascii.crc_hqx(tag.encode(), 0) % REDIS_CLUSTER_HASH_SLOTS
+
+
+def _hash(text: str) -> int:
+    return xxhash.xxh3_64_intdigest(text.encode("utf-8"))
 
 
 class RedisPageStore:
     """`PageStore` on Redis (see the module docstring for keys and guarantees).
 
-    ``client`` is a synchronous ``redis.Redis`` with ``decode_responses=False``.
+    ``client`` is a synchronous ``redis.Redis`` or ``redis.cluster.RedisCluster`` with
+    ``decode_responses=False`` (`redis_client` picks one). ``tags``: how many hash tags the
+    keys are spread over (`slot_tags`). ``wait_replicas``: replicas that must acknowledge a
+    write before it returns (0: none), within ``wait_timeout_ms``.
     """
 
     def __init__(
         self,
-        client: redis.Redis,
+        client: Client,
         prefix: str = "lookaround:",
         ttl: int | None = None,
         worker_id: str = "worker",
+        *,
+        tags: int = DEFAULT_SLOT_TAGS,
+        wait_replicas: int = 0,
+        wait_timeout_ms: int = 2000,
     ) -> None:
+        if "{" in prefix or "}" in prefix:
+            raise ValueError(f"a key prefix cannot hold braces (hash tags are ours): {prefix!r}")
         self.client = client
+        self.cluster = isinstance(client, RedisCluster)
         self.prefix = prefix
         self.ttl_ms = int(ttl * 1000) if ttl else 0
         self.worker_id = worker_id
-        self.learner_key = f"{prefix}learner:{worker_id}"
-        self.allocation_key = f"{prefix}allocation:{worker_id}"
-        self.follow_key = f"{prefix}follow:{worker_id}"
-        # Key prefixes per kind: a batch builds ~20,000 keys, so no method call per key.
-        self._s, self._t, self._n, self._r, self._x, self._g, self._gg = (
-            f"{prefix}{kind}:" for kind in ("s", "t", "n", "r", "x", "gu", "gg")
-        )
-        self._script = client.register_script(_WRITE_LUA)
+        self.wait_replicas = wait_replicas
+        self.wait_timeout_ms = wait_timeout_ms
+        self.tags = slot_tags(tags)
+        self._slots = [tag_slot(t) for t in self.tags]
+        # Key heads per tag: a batch builds ~20,000 keys, so no method call per key.
+        self._page_head = [f"{prefix}{{{t}}}p:" for t in self.tags]
+        worker_tag = self._tag_of(worker_id)
+        head = f"{prefix}{{{self.tags[worker_tag]}}}"
+        self.learner_key = f"{head}learner:{worker_id}"
+        self.allocation_key = f"{head}allocation:{worker_id}"
+        self.follow_key = f"{head}follow:{worker_id}"
+        self._worker_tag = worker_tag
+        self._scripts = {
+            name: (source, hashlib.sha1(source.encode()).hexdigest())
+            for name, source in (("write", _WRITE_LUA), ("read", _READ_LUA))
+        }
         self.written = 0
         self.skipped = 0
 
     # -- keys ---------------------------------------------------------------------------------
 
+    def _tag_of(self, text: str) -> int:
+        return _hash(text) % len(self.tags)
+
+    def page_key(self, page_id: int) -> str:
+        pid = int(page_id)
+        return f"{self._page_head[pid % len(self.tags)]}{pid}"
+
     def state_key(self, url: str) -> str:
-        return f"{self._s}{url}"
+        """The key of the record that holds the page's state."""
+        return self.page_key(url_id(url))
+
+    def group_home(self, sibling_key: str) -> int:
+        """The page id whose record holds the sibling group of ``sibling_key``: that of the
+        URL ``https://`` + the key, the page itself for most pages (a page's sibling key is its
+        URL less the scheme, a leading ``www.``, a language segment and the query)."""
+        return group_home(sibling_key)
+
+    def gain_key(self, sibling_key: str) -> str:
+        return f"{self.prefix}{{{self.tags[self._tag_of(sibling_key)]}}}gg:{sibling_key}"
 
     # -- reads --------------------------------------------------------------------------------
 
-    def _mget(self, keys: list[str]) -> list[bytes | None]:
-        if not keys:
+    def _read_pages(self, page_ids: Sequence[int], section: int) -> list[Any]:
+        """Per page id, one section of its record (None: none; 0: not a page record)."""
+        if not len(page_ids):
             return []
-        return self.client.mget(keys)
+        n = len(self.tags)
+        heads = self._page_head
+        pids = [int(p) for p in page_ids]
+        args = [section, _STATS_MOST]
+        if not self.cluster:
+            keys = [f"{heads[p % n]}{p}" for p in pids]
+            return self._run_one(None, [("read", keys, args)])[0]
+        by_tag: dict[int, list[int]] = {}
+        for at, p in enumerate(pids):
+            by_tag.setdefault(p % n, []).append(at)
+        calls = {
+            tag: ("read", [f"{heads[tag]}{pids[at]}" for at in ats], args)
+            for tag, ats in by_tag.items()
+        }
+        results = self._run_by_tag(calls)
+        out: list[Any] = [None] * len(pids)
+        for tag, ats in by_tag.items():
+            for at, value in zip(ats, results[tag], strict=True):
+                out[at] = value
+        return out
+
+    @staticmethod
+    def _refuse(value: Any, page_id: int) -> None:
+        if isinstance(value, int):
+            raise ValueError(f"the record of page {int(page_id)} is not a lookaround page record")
 
     def get_states(self, urls: Sequence[str]) -> list[PageState | None]:
-        s = self._s
-        blobs = self._mget([f"{s}{u}" for u in urls])
-        return [from_bytes(b) if b else None for b in blobs]
+        pids = [url_id(u) for u in urls]
+        out: list[PageState | None] = []
+        for pid, blob in zip(pids, self._read_pages(pids, STATE), strict=True):
+            if blob is None:
+                out.append(None)
+                continue
+            self._refuse(blob, pid)
+            out.append(from_bytes(blob))
+        return out
 
     def get_neighbours(self, page_ids: Sequence[int]) -> list[Neighbours | None]:
-        n = self._n
-        blobs = self._mget([f"{n}{int(p)}" for p in page_ids])
-        return [Neighbours.from_bytes(b) if b else None for b in blobs]
+        out: list[Neighbours | None] = []
+        for pid, blob in zip(page_ids, self._read_pages(page_ids, NEIGHBOURS), strict=True):
+            if blob is None:
+                out.append(None)
+                continue
+            self._refuse(blob, pid)
+            out.append(Neighbours.from_bytes(blob))
+        return out
 
     def get_stats(self, page_ids: np.ndarray) -> np.ndarray:
         out = np.full((len(page_ids), N_STATS), np.nan, dtype=np.float32)
-        t = self._t
-        blobs = self._mget([f"{t}{p}" for p in page_ids.tolist()])
-        present = [i for i, blob in enumerate(blobs) if blob]
+        heads = self._read_pages(page_ids.tolist(), STATS)
+        blobs: list[bytes | None] = [None] * len(heads)
+        for i, head in enumerate(heads):
+            if head is None:
+                continue
+            if len(head) < _RECORD_HEAD.size or head[0] != RECORD_VERSION:
+                self._refuse(0, int(page_ids[i]))
+            if head[1]:
+                blobs[i] = head[_RECORD_HEAD.size : _RECORD_HEAD.size + head[1]]
+        present = [i for i, blob in enumerate(blobs) if blob is not None]
         if present:
-            # One buffer for all rows: ~10k rows per batch, so no per-row parsing.
-            joined = b"".join(blobs[i] for i in present)  # type: ignore[misc]
-            if len(joined) != len(present) * STATS_BYTES:
-                bad = next(i for i in present if len(blobs[i]) != STATS_BYTES)  # type: ignore[arg-type]
-                raise ValueError(
-                    f"stats row of page {int(page_ids[bad])} has {len(blobs[bad])} bytes, "  # type: ignore[arg-type]
-                    f"expected {STATS_BYTES}"
-                )
-            out[present] = np.frombuffer(joined, dtype="<f4").reshape(len(present), N_STATS)
+            # One decode for all rows: ~20k rows per batch, so no per-row parsing.
+            rows = [blobs[i] for i in present]
+            try:
+                out[present] = unpack_float_rows(rows, STATS_WIDE, N_STATS)
+            except ValueError:
+                for i, blob in zip(present, rows, strict=True):
+                    try:
+                        unpack_float_rows([blob], STATS_WIDE, N_STATS)
+                    except ValueError as exc:
+                        raise ValueError(
+                            f"stats row of page {int(page_ids[i])} is damaged: {exc}"
+                        ) from None
+                raise
         return out
 
     def get_rows(self, page_ids: Sequence[int]) -> list[np.ndarray | None]:
-        r = self._r
-        blobs = self._mget([f"{r}{int(p)}" for p in page_ids])
-        return [row_from_bytes(b) if b else None for b in blobs]
+        blobs = self._read_pages(page_ids, ROW)
+        out: list[np.ndarray | None] = [None] * len(blobs)
+        present = [i for i, blob in enumerate(blobs) if blob is not None]
+        for i in present:
+            self._refuse(blobs[i], page_ids[i])
+        try:  # look-around rows, decoded together
+            rows = unpack_float_rows([blobs[i] for i in present], LOOKAROUND_WIDE, _LOOKAROUND)
+            for i, row in zip(present, rows, strict=True):
+                out[i] = row
+        except ValueError:  # rows of another width: one at a time
+            for i in present:
+                out[i] = row_from_record(blobs[i])
+        return out
+
+    def _get_many(self, keys: list[tuple[int, str]]) -> list[bytes | None]:
+        """Whole values of (tag, key)s (sibling groups, gains), one read per slot."""
+        if not keys:
+            return []
+        if not self.cluster:
+            return self._run_one(None, [("read", [k for _, k in keys], [0])])[0]
+        by_tag: dict[int, list[int]] = {}
+        for at, (tag, _) in enumerate(keys):
+            by_tag.setdefault(tag, []).append(at)
+        calls = {tag: ("read", [keys[at][1] for at in ats], [0]) for tag, ats in by_tag.items()}
+        results = self._run_by_tag(calls)
+        out: list[bytes | None] = [None] * len(keys)
+        for tag, ats in by_tag.items():
+            for at, value in zip(ats, results[tag], strict=True):
+                out[at] = value
+        return out
 
     def get_siblings(self, keys: Sequence[str]) -> list[SiblingGroup]:
-        g, gg = self._g, self._gg
-        blobs = self._mget([f"{g}{key}" for key in keys] + [f"{gg}{key}" for key in keys])
-        members, gains = blobs[: len(keys)], blobs[len(keys) :]
-        return [
-            sibling_group(
-                [u for u in (urls or b"").decode().split("\n") if u],
-                GroupGain.from_bytes(gain) if gain else None,
-            )
-            for urls, gain in zip(members, gains, strict=True)
-        ]
+        homes = [group_home(key) for key in keys]
+        members = self._read_pages(homes, GROUP)
+        gains = self._get_many([(self._tag_of(key), self.gain_key(key)) for key in keys])
+        out = []
+        for key, home, group, gain in zip(keys, homes, members, gains, strict=True):
+            self._refuse(group, home)
+            urls = [decode_member(m, key) for m in (group or b"").decode().split("\n") if m]
+            gain_ = GroupGain.from_bytes(gain) if gain else None
+            out.append(sibling_group(list(dict.fromkeys(urls)), gain_))
+        return out
+
+    def _get(self, key: str) -> bytes | None:
+        return self._guard(lambda: self.client.get(key))  # type: ignore[no-any-return]
 
     def get_follow(self) -> SiblingFollow | None:
-        blob = self.client.get(self.follow_key)
+        blob = self._get(self.follow_key)
         return SiblingFollow.from_bytes(blob) if blob else None
 
     def get_learner(self) -> EnsembleState | None:
         """This worker's stored scorer state, or None. A blob that is not a state written as
         data (a pickle, another format, a damaged write) raises `StateRefused` and is copied
         to ``{learner_key}:refused`` for inspection; it is never unpickled."""
-        blob = self.client.get(self.learner_key)
+        blob = self._get(self.learner_key)
         if not blob:
             return None
         try:
             return EnsembleState.from_bytes(blob)
         except StateRefused:
-            self.client.set(f"{self.learner_key}:refused", blob)
+            self._guard(lambda: self.client.set(f"{self.learner_key}:refused", blob))
             raise
 
     def get_allocation(self) -> Allocation | None:
-        blob = self.client.get(self.allocation_key)
+        blob = self._get(self.allocation_key)
         return Allocation.from_bytes(blob) if blob else None
 
     # -- the one write ------------------------------------------------------------------------
 
-    def write(self, writes: PageWrites) -> None:
-        """Everything of a batch in one atomic, idempotent script call."""
+    def _page_args(self, writes: PageWrites) -> dict[int, list[bytes]]:
+        """Per page id, its four sections as the batch brings them (b"": none)."""
         pages: dict[int, list[bytes]] = {}
-        state_urls: dict[int, str] = {}
+
+        def entry(pid: int) -> list[bytes]:
+            got = pages.get(pid)
+            if got is None:
+                got = pages[pid] = [b"", b"", b"", b""]
+            return got
+
         for url, state in writes.states.items():
-            pid = link_info(url).page_id
-            pages[pid] = [to_bytes(state), b"", b"", b""]
-            state_urls[pid] = url
-        for pid, row in writes.stats.items():
-            pages.setdefault(int(pid), [b"", b"", b"", b""])[1] = stats_to_bytes(row)
+            entry(url_id(url))[STATE - 1] = to_bytes(state)
+        if writes.stats:
+            packed = pack_float_rows(np.stack(list(writes.stats.values())), STATS_WIDE)
+            for pid, blob in zip(writes.stats, packed, strict=True):
+                entry(int(pid))[STATS - 1] = blob
         for pid, nb in writes.neighbours.items():
-            pages.setdefault(int(pid), [b"", b"", b"", b""])[2] = nb.to_bytes()
-        for pid, row in writes.rows.items():
-            pages.setdefault(int(pid), [b"", b"", b"", b""])[3] = row_to_bytes(row)
+            entry(int(pid))[NEIGHBOURS - 1] = nb.to_bytes()
+        for pid, blob in row_records(writes.rows).items():
+            entry(int(pid))[ROW - 1] = blob
+        for blobs in pages.values():
+            if len(blobs[STATS - 1]) > _STATS_MOST or len(blobs[ROW - 1]) > 65_535:
+                raise ValueError("a stats row or feature row too long for a page record")
+        return pages
+
+    def write(self, writes: PageWrites) -> None:
+        """Everything of a batch: one atomic, idempotent script call on one server; on a
+        cluster one per slot in three phases (see the module docstring). With
+        ``wait_replicas``, returns once the replicas have it."""
+        pages = self._page_args(writes)
         learner = writes.learner
         if learner is None:
             learner = b""
@@ -254,54 +580,275 @@ class RedisPageStore:
             learner = learner_bytes(learner)
         allocation = b"" if writes.allocation is None else writes.allocation.to_bytes()
         follow = b"" if writes.follow is None else writes.follow.to_bytes()
+        worker = [learner, allocation, follow]
         groups, gains = writes.siblings, writes.gains
-        if not pages and not learner and not allocation and not groups and not gains:
+        if not pages and not any(worker) and not groups and not gains:
             return
-        keys = [self.learner_key, self.allocation_key, self.follow_key]
-        keys += [f"{self._g}{k}" for k in groups] + [f"{self._gg}{k}" for k in gains]
-        args: list[bytes | int] = [self.ttl_ms, learner, allocation, follow, len(groups)]
-        args.append(len(gains))
-        args += ["".join(f"{url}\n" for url in urls).encode() for urls in groups.values()]
-        args += [gain.to_bytes() for gain in gains.values()]
-        s, t, n, r, x = self._s, self._t, self._n, self._r, self._x
-        for pid, blobs in pages.items():
-            url = state_urls.get(pid)
-            # A record without a state in this batch still needs a distinct placeholder key.
-            keys += (
-                f"{s}{url}" if url is not None else f"{x}{pid}",
-                f"{t}{pid}",
-                f"{n}{pid}",
-                f"{r}{pid}",
-            )
+        group_args = {
+            k: "".join(f"{encode_member(url, k)}\n" for url in urls).encode()
+            for k, urls in groups.items()
+        }
+        gain_args = {k: gain.to_bytes() for k, gain in gains.items()}
+        if not self.cluster:
+            call = self._write_call(worker, group_args, gain_args, pages)
+            ack = 0 if self.wait_replicas > 0 else None
+            written, skipped = self._run_one(None, [call], ack)[0]
+            self.written += int(written)
+            self.skipped += int(skipped)
+            return
+        self._write_cluster(worker, group_args, gain_args, pages)
+
+    def _write_call(
+        self,
+        worker: list[bytes] | None,
+        groups: dict[str, bytes],
+        gains: dict[str, bytes],
+        pages: dict[int, list[bytes]],
+    ) -> tuple[str, list[str], list[Any]]:
+        keys: list[str] = []
+        if worker is not None:
+            keys += [self.learner_key, self.allocation_key, self.follow_key]
+        keys += [self.page_key(group_home(k)) for k in groups]
+        keys += [self.gain_key(k) for k in gains]
+        keys += [self.page_key(pid) for pid in pages]
+        args: list[Any] = [self.ttl_ms, 0 if worker is None else 3, len(groups), len(gains)]
+        args += worker or []
+        args += list(groups.values()) + list(gains.values())
+        for blobs in pages.values():
             args += blobs
-        written, skipped = self._script(keys=keys, args=args)
-        self.written += int(written)
-        self.skipped += int(skipped)
+        return ("write", keys, args)
+
+    def _write_cluster(
+        self,
+        worker: list[bytes],
+        groups: dict[str, bytes],
+        gains: dict[str, bytes],
+        pages: dict[int, list[bytes]],
+    ) -> None:
+        n = len(self.tags)
+        touched: dict[str, int] = {}  # node name -> a tag of one of its slots written
+        # 1. sibling groups and gains: a first-seen page joins its group before its record
+        # says it was seen
+        phase: dict[int, tuple[dict[str, bytes], dict[str, bytes]]] = {}
+        for key, urls in groups.items():
+            phase.setdefault(group_home(key) % n, ({}, {}))[0][key] = urls
+        for key, gain in gains.items():
+            phase.setdefault(self._tag_of(key), ({}, {}))[1][key] = gain
+        calls = {tag: self._write_call(None, g, h, {}) for tag, (g, h) in phase.items()}
+        self._run_by_tag(calls, touched)
+        # 2. the page records
+        by_tag: dict[int, dict[int, list[bytes]]] = {}
+        for pid, blobs in pages.items():
+            by_tag.setdefault(pid % n, {})[pid] = blobs
+        calls = {tag: self._write_call(None, {}, {}, part) for tag, part in by_tag.items()}
+        for written, skipped in self._run_by_tag(calls, touched).values():
+            self.written += int(written)
+            self.skipped += int(skipped)
+        # 3. the worker's own keys, last: the learner never learns a batch twice
+        if any(worker):
+            call = self._write_call(worker, {}, {}, {})
+            self._run_by_tag({self._worker_tag: call}, touched)
+        if self.wait_replicas > 0:
+            for name, tag in touched.items():
+                self._wait_node(name, tag)
+
+    # -- running scripts ----------------------------------------------------------------------
+
+    def _guard(self, action: Callable[[], Any]) -> Any:
+        """Run ``action``; what a changing cluster answers becomes `StoreUnavailable`."""
+        try:
+            return action()
+        except StoreUnavailable:
+            raise
+        except _CLUSTER_CHANGING as exc:
+            if self.cluster:
+                self._refresh()
+            raise StoreUnavailable(f"{type(exc).__name__}: {exc}") from exc
+
+    def _refresh(self) -> None:
+        """Read the cluster's slot map again (a failover or migration moved slots)."""
+        # Nothing may answer yet: the caller's retry reads it again.
+        with contextlib.suppress(Exception):
+            self.client.nodes_manager.initialize()  # type: ignore[union-attr]
+
+    def _node_client(self, name: str | None) -> redis.Redis:
+        if name is None:
+            return self.client  # type: ignore[return-value]
+        node = self.client.get_node(node_name=name)  # type: ignore[union-attr]
+        if node is None:
+            raise StoreUnavailable(f"cluster node {name} is gone")
+        return self.client.get_redis_connection(node)  # type: ignore[union-attr]
+
+    def _primary_of_slot(self, slot: int) -> ClusterNode:
+        try:
+            return self.client.nodes_manager.get_node_from_slot(slot)  # type: ignore[union-attr]
+        except (RedisClusterException, IndexError, KeyError) as exc:
+            self._refresh()
+            raise StoreUnavailable(f"no master for slot {slot}: {exc}") from exc
+
+    def _run_one(
+        self,
+        node: str | None,
+        calls: list[tuple[str, list[str], list[Any]]],
+        ack_tag: int | None = None,
+    ) -> list[Any]:
+        """The script ``calls`` on one server (``node``: a cluster node's name; None: the
+        single server) in one round trip; with ``ack_tag`` (a tag of a slot of that server),
+        the ack key written after them and ``WAIT`` for ``wait_replicas``."""
+        return self._guard(lambda: self._pipeline(node, calls, ack_tag))  # type: ignore[no-any-return]
+
+    def _pipeline(
+        self, node: str | None, calls: list[tuple[str, list[str], list[Any]]], ack_tag: int | None
+    ) -> list[Any]:
+        client = self._node_client(node)
+        for attempt in (1, 2):
+            pipe = client.pipeline(transaction=False)
+            for name, keys, args in calls:
+                pipe.evalsha(self._scripts[name][1], len(keys), *keys, *args)
+            if ack_tag is not None:
+                pipe.set(f"{self.prefix}{{{self.tags[ack_tag]}}}ack", self.worker_id)
+                pipe.execute_command("WAIT", self.wait_replicas, self.wait_timeout_ms)
+            results = pipe.execute(raise_on_error=False)
+            if attempt == 1 and any(isinstance(r, NoScriptError) for r in results):
+                # a node that has not seen them (new, restarted or failed over): load, again
+                for source, _ in {self._scripts[name] for name, _, _ in calls}:
+                    client.script_load(source)
+                continue
+            for r in results:
+                if isinstance(r, Exception):
+                    raise r
+            if ack_tag is not None:
+                acked = int(results[-1])
+                if acked < self.wait_replicas:
+                    where = "the server" if node is None else f"cluster node {node}"
+                    raise StoreUnavailable(
+                        f"{acked} of {self.wait_replicas} replicas acknowledged the write at "
+                        f"{where} within {self.wait_timeout_ms} ms"
+                    )
+                results = results[: len(calls)]
+            return list(results)
+        raise AssertionError("unreachable: a second attempt returns or raises")
+
+    def _run_by_tag(
+        self,
+        calls: dict[int, tuple[str, list[str], list[Any]]],
+        touched: dict[str, int] | None = None,
+    ) -> dict[int, Any]:
+        """Script calls on a cluster, one per tag (all its keys in that tag's slot), those of
+        one master sent together; their results by tag. ``touched`` gathers the masters
+        written, with a tag of theirs (for `_wait_node`)."""
+        by_node: dict[str, list[int]] = {}
+        for tag in calls:
+            by_node.setdefault(self._primary_of_slot(self._slots[tag]).name, []).append(tag)
+        out: dict[int, Any] = {}
+        for name, tags in by_node.items():
+            results = self._run_one(name, [calls[t] for t in tags])
+            out.update(zip(tags, results, strict=True))
+            if touched is not None:
+                touched.setdefault(name, tags[0])
+        return out
+
+    def _wait_node(self, name: str, tag: int) -> None:
+        """``WAIT`` on a cluster master, after writing its ack key (``tag``: one of its)."""
+        self._run_one(name, [], ack_tag=tag)
 
     # -- housekeeping -------------------------------------------------------------------------
 
     def ping(self) -> bool:
-        return bool(self.client.ping())
+        if not self.cluster:
+            return bool(self.client.ping())
+        return all(self._node_client(node.name).ping() for node in self._primaries())
+
+    def _primaries(self) -> list[ClusterNode]:
+        return list(self.client.get_primaries())  # type: ignore[union-attr]
+
+    def _scan(self, match: str) -> Iterator[bytes]:
+        """Keys matching ``match`` on the server, or on every master of a cluster."""
+        if not self.cluster:
+            yield from self.client.scan_iter(match=match, count=1000)
+            return
+        for node in self._primaries():
+            yield from self._node_client(node.name).scan_iter(match=match, count=1000)
 
     def keys(self) -> list[bytes]:
-        return list(self.client.scan_iter(match=f"{self.prefix}*", count=1000))
+        return list(self._scan(f"{self.prefix}*"))
 
     def pages(self) -> int:
-        """Pages with a stored state (a SCAN: for tests, tools and the benchmark)."""
-        return sum(1 for _ in self.client.scan_iter(match=f"{self.prefix}s:*", count=1000))
+        """Pages with a stored state (a SCAN, then a read of which records hold one: a
+        record may be only a sibling group's home; for tests, tools and the benchmark)."""
+        n = 0
+        pids: list[int] = []
+        for key in self._scan(f"{self.prefix}{{*}}p:*"):
+            pids.append(int(key.rsplit(b":", 1)[1]))
+            if len(pids) >= 5000:
+                n += sum(1 for v in self._read_pages(pids, -STATE) if v == 1)
+                pids.clear()
+        return n + sum(1 for v in self._read_pages(pids, -STATE) if v == 1)
 
     def delete_all(self) -> int:
-        """Delete every key under the prefix; returns how many."""
+        """Delete every key under the prefix (every master's, on a cluster); returns how many."""
+        if not self.cluster:
+            return _delete_keys(self.client, self.client.scan_iter(f"{self.prefix}*", 1000))
         n = 0
-        batch: list[bytes] = []
-        for key in self.client.scan_iter(match=f"{self.prefix}*", count=1000):
-            batch.append(key)
-            if len(batch) >= 1000:
-                n += self.client.delete(*batch)
-                batch.clear()
-        if batch:
-            n += self.client.delete(*batch)
+        for node in self._primaries():
+            client = self._node_client(node.name)
+            n += _delete_keys(client, client.scan_iter(f"{self.prefix}*", 1000), by_slot=True)
         return n
+
+
+def _delete_keys(client: redis.Redis, keys: Iterator[bytes], *, by_slot: bool = False) -> int:
+    """UNLINK the keys a thousand at a time (per slot where the server is a cluster node)."""
+    n = 0
+    batch: list[bytes] = []
+
+    def flush() -> int:
+        if not batch:
+            return 0
+        if not by_slot:
+            done = int(client.unlink(*batch))
+        else:
+            groups: dict[int, list[bytes]] = {}
+            for key in batch:
+                groups.setdefault(key_slot(key), []).append(key)
+            pipe = client.pipeline(transaction=False)
+            for part in groups.values():
+                pipe.unlink(*part)
+            done = sum(int(r) for r in pipe.execute())
+        batch.clear()
+        return done
+
+    for key in keys:
+        batch.append(key)
+        if len(batch) >= 1000:
+            n += flush()
+    return n + flush()
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def group_home(sibling_key: str) -> int:
+    """`RedisPageStore.group_home`: the page id of ``https://`` + the key (a key that does not
+    make a URL: an id hashed from it)."""
+    try:
+        return url_id(f"https://{sibling_key}")
+    except ValueError:
+        return _hash(f"group:{sibling_key}") >> 1
+
+
+def encode_member(url: str, sibling_key: str) -> str:
+    """A sibling group's member as its home record lists it: ``*`` for ``https://`` + the
+    key (most groups' only member: the home page itself), else the URL."""
+    return "*" if url == f"https://{sibling_key}" else url
+
+
+def decode_member(member: str, sibling_key: str) -> str:
+    return f"https://{sibling_key}" if member == "*" else member
+
+
+#: The most bytes a stats section takes (`online.stores.pack_floats`: a layout byte and
+#: float32 values).
+_STATS_MOST = 1 + 4 * N_STATS
+#: Values in the look-around part of a feature row: what a page record keeps of its row.
+_LOOKAROUND = len(LOOKAROUND_WIDE)
 
 
 def learner_bytes(state: object) -> bytes:
@@ -313,8 +860,24 @@ def learner_bytes(state: object) -> bytes:
     return bytes(to_bytes_())
 
 
-def redis_client(settings: Settings, **kwargs: object) -> redis.Redis:
-    """A synchronous client from settings: AUTH (username / password) and TLS (rediss://)."""
+def replicas_to_wait(client: Client) -> int:
+    """The ``wait_replicas`` a store on ``client`` defaults to: 1 where every master (the one
+    server, or each master of a cluster) has a replica connected now, else 0."""
+    try:
+        if isinstance(client, RedisCluster):
+            masters = [client.get_redis_connection(n) for n in client.get_primaries()]
+        else:
+            masters = [client]
+        counts = [int(m.info("replication").get("connected_slaves", 0)) for m in masters]
+    except (RedisError, RedisClusterException, OSError):
+        return 0
+    return 1 if counts and min(counts) >= 1 else 0
+
+
+def redis_client(settings: Settings, **kwargs: object) -> Client:
+    """A synchronous client from settings: AUTH (username / password) and TLS (rediss://); a
+    ``RedisCluster`` where ``redis_cluster`` says so, or (``auto``) where the server says
+    ``cluster_enabled:1`` (the other nodes are then discovered from it)."""
     options: dict[str, object] = {
         "username": settings.redis_username,
         "password": (
@@ -327,4 +890,40 @@ def redis_client(settings: Settings, **kwargs: object) -> redis.Redis:
     if settings.redis_url.startswith("rediss://") and settings.redis_ssl_cafile:
         options["ssl_ca_certs"] = str(settings.redis_ssl_cafile)
     options.update(kwargs)
-    return redis.Redis.from_url(settings.redis_url, **options)  # type: ignore[arg-type]
+    mode = settings.redis_cluster
+    if mode == "false" or settings.redis_url.startswith("unix://"):
+        return redis.Redis.from_url(settings.redis_url, **options)  # type: ignore[arg-type]
+    if mode == "auto":
+        single = redis.Redis.from_url(settings.redis_url, **options)  # type: ignore[arg-type]
+        enabled = int(single.info("cluster").get("cluster_enabled", 0)) == 1
+        if not enabled:
+            return single
+        single.close()
+    # The worker retries a batch itself, with backoff: a command should fail fast.
+    options.pop("health_check_interval", None)
+    return RedisCluster.from_url(settings.redis_url, cluster_error_retry_attempts=2, **options)  # type: ignore[arg-type]
+
+
+def settings_store(
+    settings: Settings, *, prefix: str | None = None, worker_id: str = "worker", wait: bool = False
+) -> RedisPageStore:
+    """The page store the settings name: Redis (one server or a cluster) at ``redis_url``,
+    under ``redis_key_prefix`` (or ``prefix``: an operator's ``reset``) spread over
+    ``redis_slot_tags`` hash tags, pages forgotten after ``redis_state_ttl_seconds``, learned
+    state under ``worker_id``. With ``wait`` (a worker's), a write returns once
+    ``redis_wait_replicas`` replicas have it (by default 1 where every master has one)."""
+    client = redis_client(settings)
+    replicas = 0
+    if wait:
+        replicas = settings.redis_wait_replicas
+        if replicas is None:
+            replicas = replicas_to_wait(client)
+    return RedisPageStore(
+        client,
+        prefix=settings.redis_key_prefix if prefix is None else prefix,
+        ttl=settings.redis_state_ttl_seconds,
+        worker_id=worker_id,
+        tags=settings.redis_slot_tags,
+        wait_replicas=replicas,
+        wait_timeout_ms=settings.redis_wait_timeout_ms,
+    )

@@ -34,11 +34,16 @@ from online.events import (
     DEFAULT_MAX_URL_LENGTH,
     EventLimits,
 )
-from online.features import DEFAULT_NEIGHBOURS
+from online.features import DEFAULT_COMPACT_STORE, DEFAULT_NEIGHBOURS
 from online.history import DEFAULT_HISTORY
 from online.links import mask_userinfo
 from online.neighbour_search import DEFAULT_DRIFT_GROWTH, DEFAULT_DRIFT_SIMILARITY
 from online.scoring import DEFAULT_SCORER
+
+#: Hash tags the Redis keys are spread over (`streams.redis_store.slot_tags`): enough that
+#: every master of a large cluster holds its share, few enough that a batch touches each at
+#: most once per read.
+DEFAULT_SLOT_TAGS = 1024
 
 ENV_PREFIX = "LOOKAROUND_"
 
@@ -103,6 +108,29 @@ class Settings(BaseSettings):
     redis_key_prefix: str = Field("lookaround:", description="Prefix of every key we write.")
     redis_state_ttl_seconds: int | None = Field(
         None, ge=1, description="Forget pages not fetched for this long (None: keep)."
+    )
+    redis_cluster: Literal["auto", "true", "false"] = Field(
+        "auto",
+        description="Whether redis_url is a node of a Redis Cluster (the other nodes are then"
+        " discovered): auto asks the server (INFO cluster), true or false say so.",
+    )
+    redis_slot_tags: int = Field(
+        DEFAULT_SLOT_TAGS,
+        ge=1,
+        le=16384,
+        description="Hash tags the keys are spread over, evenly over a cluster's slots (a batch"
+        " writes once per tag it touches). Changing it moves every key: reset the store.",
+    )
+    redis_wait_replicas: int | None = Field(
+        None,
+        ge=0,
+        description="Replicas that must acknowledge a batch's write (WAIT) before its offsets are"
+        " committed (None: 1 where every master has a replica at start, else 0).",
+    )
+    redis_wait_timeout_ms: int = Field(
+        2000,
+        ge=1,
+        description="How long a write waits for the replicas; then the batch is retried.",
     )
 
     # -- processing ----------------------------------------------------------------------------
@@ -173,6 +201,12 @@ class Settings(BaseSettings):
         ge=0,
         description="How far past the worker's clock a fetched_at may lie (rejected beyond).",
     )
+    compact_store: bool = Field(
+        DEFAULT_COMPACT_STORE,
+        description="Store stats, related-page weights and look-around feature rows in half"
+        " precision (about 330 B less a page in Redis); scores move by what half precision"
+        " moves them. Every worker, and a replay meant to match them, must agree.",
+    )
     fetch_budget_per_day: float | None = Field(
         None,
         gt=0,
@@ -234,6 +268,13 @@ class Settings(BaseSettings):
             name, _, port = host.strip().rpartition(":")
             if not name or not port.isdigit():
                 raise ValueError(f"expected host:port, got {host!r}")
+        return value
+
+    @field_validator("redis_key_prefix")
+    @classmethod
+    def _no_braces(cls, value: str) -> str:
+        if "{" in value or "}" in value:
+            raise ValueError("a Redis key prefix cannot hold { or } (the keys' hash tags use them)")
         return value
 
     @field_validator("redis_url")

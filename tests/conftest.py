@@ -1,15 +1,19 @@
 """Shared fixtures: generated crawls as events, measured, or replayed into a run directory; the
 live pipeline's real servers (a Tansu broker started here on a free port, the Redis at
-127.0.0.1:6379 with a fresh key prefix per test) and real worker processes."""
+127.0.0.1:6379 with a fresh key prefix per test, a Redis Cluster of 3 masters with a replica
+each started here on free ports, `backend` to run a test against both) and real worker
+processes."""
 
 from __future__ import annotations
 
 import gc
 import os
+import shutil
 import subprocess
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -83,7 +87,8 @@ def generated_run(tmp_path_factory: pytest.TempPathFactory) -> MakeRun:
     return make
 
 
-# -- the real servers of the live tests: Tansu started here, the Redis at 127.0.0.1:6379 --------
+# -- the real servers of the live tests: Tansu and a Redis Cluster started here, the Redis at ---
+# -- 127.0.0.1:6379 -------------------------------------------------------------------------------
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
 
@@ -120,15 +125,85 @@ def redis_client():
     client.close()
 
 
-@pytest.fixture
-def prefix(redis_client):
-    """A fresh name for a test's topics, consumer group and Redis keys (deleted after)."""
+@pytest.fixture(scope="session")
+def redis_cluster(tmp_path_factory):
+    """A Redis Cluster for the session: 3 masters with a replica each, ``redis-server``
+    processes started here on free ports (`streams.local_redis`), stopped after."""
+    cluster = _start_cluster(tmp_path_factory.mktemp("redis-cluster"))
+    yield cluster
+    cluster.stop()
 
+
+@pytest.fixture
+def cluster_factory(tmp_path):
+    """``cluster_factory(appendonly=False)``: a private Redis Cluster (3 masters, a replica
+    each) for a test that kills or stops its nodes; stopped after the test."""
+    started = []
+
+    def start(appendonly: bool = False):
+        cluster = _start_cluster(tmp_path / f"cluster-{len(started)}", appendonly=appendonly)
+        started.append(cluster)
+        return cluster
+
+    yield start
+    for cluster in started:
+        cluster.stop()
+
+
+def _start_cluster(workdir: Path, appendonly: bool = False):
+    from streams.local_redis import ClusterUnavailable, LocalRedisCluster
+
+    if shutil.which("redis-server") is None or shutil.which("redis-cli") is None:
+        pytest.skip("redis-server / redis-cli not installed: no Redis Cluster to test against")
+    try:
+        return LocalRedisCluster(workdir, appendonly=appendonly).start()
+    except ClusterUnavailable as exc:
+        pytest.skip(f"a local Redis Cluster did not start: {exc}")
+
+
+@dataclass
+class Backend:
+    """Where a test's Redis state lives: ``single`` (the Redis at 127.0.0.1:6379) or
+    ``cluster`` (the session's Redis Cluster); ``client`` a synchronous client of it."""
+
+    name: str
+    url: str
+    client: Any
+
+    def store(self, prefix: str, **kwargs: Any):
+        from streams.redis_store import RedisPageStore
+
+        return RedisPageStore(self.client, prefix=prefix, **kwargs)
+
+
+@pytest.fixture(params=["single", "cluster"])
+def backend(request):
+    """Each test using it runs against one Redis server and against a Redis Cluster."""
+    if request.param == "single":
+        yield Backend("single", REDIS_URL, request.getfixturevalue("redis_client"))
+        return
+    from redis.cluster import RedisCluster
+
+    cluster = request.getfixturevalue("redis_cluster")
+    client = RedisCluster.from_url(cluster.url)
+    yield Backend("cluster", cluster.url, client)
+    client.close()
+
+
+@pytest.fixture
+def prefix(request):
+    """A fresh name for a test's topics, consumer group and Redis keys (deleted after, from
+    the test's `backend`, else from the Redis at 127.0.0.1:6379)."""
     from streams.redis_store import RedisPageStore
 
     name = f"lt{uuid.uuid4().hex[:10]}"
+    client = (
+        request.getfixturevalue("backend").client
+        if "backend" in request.fixturenames
+        else request.getfixturevalue("redis_client")
+    )
     yield name
-    RedisPageStore(redis_client, prefix=f"{name}:").delete_all()
+    RedisPageStore(client, prefix=f"{name}:").delete_all()
 
 
 @pytest.fixture
@@ -151,7 +226,9 @@ def workers(tmp_path):
 # -- the suite's layers: unit, contract, integration -------------------------------------------
 
 #: Fixtures that bring up real servers or processes: a test using one is an integration test.
-INTEGRATION_FIXTURES = frozenset({"broker", "redis_client", "prefix", "workers"})
+INTEGRATION_FIXTURES = frozenset(
+    {"broker", "redis_client", "prefix", "workers", "backend", "redis_cluster", "cluster_factory"}
+)
 #: Modules whose tests run real processes of their own (a Scrapy crawl, the README's commands,
 #: the live harness, a closed loop on the real timeline).
 INTEGRATION_MODULES = frozenset(

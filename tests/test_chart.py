@@ -295,6 +295,7 @@ def test_values_follow_the_settings_and_scorers(values_schema: dict[str, Any]) -
     assert values["scorer"] == defaults["scorer"]
     assert values["batchSize"] == defaults["batch_size"]
     assert values["embeddingDim"] == defaults["embedding_dim"]
+    assert values["compactStore"] == defaults["compact_store"]
     assert values["worker"]["port"] == defaults["web_port"]
     topics = values["topics"]
     assert (
@@ -692,3 +693,21 @@ def test_the_registry_key_comes_from_a_secret(helmrender: Path, tmp_path: Path) 
     for spec in pod_specs(render(helmrender)).values():
         env = {e["name"] for c in spec["containers"] for e in c.get("env", [])}
         assert "LOOKAROUND_REGISTRY_KEY" not in env
+
+
+def test_a_redis_cluster_and_the_replicas_to_wait_for_are_values(
+    helmrender: Path, tmp_path: Path
+) -> None:
+    """``redis.cluster`` (auto by default) and ``redis.waitReplicas`` (-1: the worker's own
+    default, so no variable) reach the workers as settings."""
+    data = one(render(helmrender), "ConfigMap")["data"]
+    assert data["LOOKAROUND_REDIS_CLUSTER"] == "auto"
+    assert "LOOKAROUND_REDIS_WAIT_REPLICAS" not in data
+    values = write_values(tmp_path, {"redis": {"cluster": "true", "waitReplicas": 1}})
+    data = one(render(helmrender, values), "ConfigMap")["data"]
+    assert data["LOOKAROUND_REDIS_CLUSTER"] == "true"
+    assert data["LOOKAROUND_REDIS_WAIT_REPLICAS"] == "1"
+    settings = Settings.model_validate(
+        {k.removeprefix(ENV_PREFIX).lower(): v for k, v in data.items()}
+    )
+    assert settings.redis_cluster == "true" and settings.redis_wait_replicas == 1

