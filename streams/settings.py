@@ -204,7 +204,7 @@ class Settings(BaseSettings):
     compact_store: bool = Field(
         DEFAULT_COMPACT_STORE,
         description="Store stats, related-page weights and look-around feature rows in half"
-        " precision (about 330 B less a page in Redis); scores move by what half precision"
+        " precision (about 300 B less a page in Redis); scores move by what half precision"
         " moves them. Every worker, and a replay meant to match them, must agree.",
     )
     fetch_budget_per_day: float | None = Field(

@@ -291,7 +291,7 @@ def test_serialising_store_gives_the_same_scores(events, scorer, compact, store_
         assert np.array_equal(mine, theirs, equal_nan=True)
 
 
-def test_the_compact_memory_store_keeps_the_records_in_far_less_memory(events) -> None:
+def test_the_compact_memory_store_keeps_the_records_in_less_memory(events) -> None:
     """What the embedded replay keeps a page in: its records as bytes, not as objects."""
     import copy
     import tracemalloc
