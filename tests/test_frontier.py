@@ -96,6 +96,31 @@ def test_interval_mode_is_fed_by_fetches():
     assert urls(round_robin.take(now=10, n=2, real_now=0)) == ["c", "a"]
 
 
+def test_budget_mode_is_fed_by_fetches_too_so_a_lagging_scorer_leaves_no_budget_idle():
+    f = RecrawlFrontier("budget", inflight_timeout=600)
+    f.update(update("a", 0, rate=1.0))
+    f.update(update("b", 0, rate=0.04))
+    assert urls(f.take(now=4 * DAY, n=1, real_now=0)) == ["a"]  # 2 * 4 against 0.2 * 4
+    f.fetched("a", 4 * DAY)  # fetched, not scored yet: free again, its wait starts over
+    assert urls(f.take(now=5 * DAY, n=2, real_now=1)) == ["a", "b"]  # 2 * 1 against 0.2 * 5
+    f.fetched("a", 5 * DAY)
+    f.fetched("b", 5 * DAY)
+    # The update of the fetch the crawler already counted still brings its rate.
+    assert f.update(update("a", 5 * DAY, rate=0.0))
+    assert not f.update(update("a", 5 * DAY, rate=9.0))  # redelivered
+    assert urls(f.take(now=6 * DAY, n=2, real_now=2)) == ["b", "a"]
+    f.fetched("new", 5 * DAY)  # a page the crawler found itself: at the floor until scored
+    assert "new" in f
+    late = RecrawlFrontier("budget")
+    late.update(update("x", 5 * DAY, rate=1.0))
+    late.update(update("y", 4 * DAY, rate=1.0))
+    late.fetched("x", 1 * DAY)  # an older fetch reported late moves nothing back
+    assert urls(late.take(now=6 * DAY, n=1, real_now=0)) == ["y"]
+    due = RecrawlFrontier("due")
+    due.fetched("a", 0)  # the due mode waits for the update that says when
+    assert "a" not in due
+
+
 def test_take_returns_at_most_n_best_first_with_scores():
     f = RecrawlFrontier("due")
     for k in range(3000):  # past the first array growth
@@ -125,3 +150,12 @@ def test_token_bucket():
     with pytest.raises(ValueError):
         TokenBucket(0, now=0.0)
     assert math.isclose(big.rate, 10.0)
+
+
+def test_token_bucket_counts_the_budget_it_could_not_save_up():
+    bucket = TokenBucket(60, now=0.0)
+    assert bucket.available(0.5) == 0 and bucket.unspent == 0.0
+    assert bucket.available(10.0) == 1
+    assert math.isclose(bucket.unspent, 9.0)  # ten seconds' worth, one kept
+    bucket.charge(1)
+    assert bucket.available(10.5) == 0 and math.isclose(bucket.unspent, 9.0)

@@ -15,11 +15,13 @@ orders:
   baseline: every page at a fixed interval).
 
 A page handed out is in flight until its next fetch is known (a newer update, or the fetch
-itself in ``interval`` mode), `RecrawlFrontier.release` says its request failed, or
-``inflight_timeout`` real seconds pass: it is never handed out twice at once.
+itself in the ``interval`` and ``budget`` modes, which order by the time since it),
+`RecrawlFrontier.release` says its request failed, or ``inflight_timeout`` real seconds pass:
+it is never handed out twice at once. So a ``budget`` crawl spends its budget whether or not
+lookaround's updates keep up with it: a page fetched and not yet scored keeps its last rate.
 
 `TokenBucket` is the request budget: ``per_minute`` requests, in real time, with a burst of
-at most one second's worth.
+at most one second's worth; what it could not save up is counted (``unspent``).
 
 >>> f = RecrawlFrontier("due")
 >>> f.update({"url": "https://a.org/", "fetched_at": 0.0, "next_fetch_at": 100.0, "score": 1.0})
@@ -71,6 +73,7 @@ class RecrawlFrontier:
         self._slot: dict[str, int] = {}
         size = 1024
         self._fetched = np.full(size, -math.inf)
+        self._updated = np.full(size, -math.inf)
         self._due = np.full(size, math.inf)
         self._rate = np.zeros(size)
         self._score = np.zeros(size)
@@ -96,6 +99,7 @@ class RecrawlFrontier:
             return np.concatenate([a, np.full(len(a), fill)])
 
         self._fetched = more(self._fetched, -math.inf)
+        self._updated = more(self._updated, -math.inf)
         self._due = more(self._due, math.inf)
         self._rate = more(self._rate, 0.0)
         self._score = more(self._score, 0.0)
@@ -115,10 +119,11 @@ class RecrawlFrontier:
             return False
         k = self._index(url)
         related = update.get("kind") == "related"
-        if fetched < self._fetched[k] or (fetched == self._fetched[k] and not related):
+        if fetched < self._updated[k] or (fetched == self._updated[k] and not related):
             return False
         busy = self._busy_until[k]
-        self._fetched[k] = fetched
+        self._updated[k] = fetched
+        self._fetched[k] = max(fetched, self._fetched[k])
         due = update.get("next_fetch_at")
         self._due[k] = _epoch(due) if due is not None else math.inf
         score = float(update.get("score") or 0.0)
@@ -130,13 +135,16 @@ class RecrawlFrontier:
 
     def fetched(self, url: str, at: float) -> None:
         """The crawler fetched ``url`` at ``at``: in ``interval`` mode, its next fetch is due
-        ``interval_seconds`` later. Other modes wait for the page's update instead."""
-        if self.mode != "interval":
+        ``interval_seconds`` later; in ``budget`` mode its wait starts again from ``at``, at
+        the rate it had (a page new to the frontier at the floor) until its update comes. The
+        ``due`` mode waits for the page's update, which says when it is due."""
+        if self.mode == "due":
             return
         k = self._index(url)
         if at > self._fetched[k]:
             self._fetched[k] = at
-            self._due[k] = at + float(self.interval_seconds or 0.0)
+            if self.mode == "interval":
+                self._due[k] = at + float(self.interval_seconds or 0.0)
         self._busy_until[k] = -math.inf
 
     def release(self, url: str) -> None:
@@ -189,10 +197,13 @@ class TokenBucket:
         self.rate = per_minute / 60.0
         self.burst = max(1.0, self.rate)
         self.tokens = 0.0
+        self.unspent = 0.0
         self._last = now
 
     def _refill(self, now: float) -> None:
-        self.tokens = min(self.burst, self.tokens + (now - self._last) * self.rate)
+        tokens = self.tokens + (now - self._last) * self.rate
+        self.unspent += max(0.0, tokens - self.burst)
+        self.tokens = min(self.burst, tokens)
         self._last = now
 
     def available(self, now: float) -> int:

@@ -303,6 +303,8 @@ class LookaroundRecrawl:
         if self._consumer is not None:
             self._consumer.join(10)
         self.stats.set_value("lookaround/frontier_pages", len(self.frontier))
+        self.bucket.available(time.monotonic())
+        self.stats.set_value("lookaround/budget_unspent", round(self.bucket.unspent))
 
     def spider_idle(self, spider: Any) -> None:
         from scrapy.exceptions import DontCloseSpider
@@ -323,7 +325,7 @@ class LookaroundRecrawl:
             self.stats.inc_value("lookaround/requests_found", -1)
 
     def response_received(self, response: Any, request: Any, spider: Any) -> None:
-        if self.frontier.mode == "interval" and not _is_robots(request):
+        if self.frontier.mode != "due" and not _is_robots(request):
             at = fetched_at(response, self.clock)
             for url in [*(response.meta.get("redirect_urls") or []), response.url]:
                 if self._in_scope(url):
