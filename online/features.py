@@ -29,7 +29,7 @@ import numpy as np
 
 from online.history import DEFAULT_HISTORY, SN_FIELDS, SP_FIELDS, PageState
 from online.kernels import own_history_values, weighted_stat_means
-from online.links import LinkInfo, domain_depth, url_path_depth
+from online.links import CACHE_SIZE, LinkInfo, domain_depth, url_path_depth
 
 #: Per-page stats that related pages contribute (one float32 row per page in the stats store).
 #: Dynamic columns are NaN until the page has at least one interval.
@@ -141,7 +141,7 @@ _DEPTHS: dict[str, tuple[float, float]] = {}
 def _depths(url: str) -> tuple[float, float]:
     depths = _DEPTHS.get(url)
     if depths is None:
-        if len(_DEPTHS) > 1 << 20:
+        if len(_DEPTHS) >= CACHE_SIZE:
             _DEPTHS.clear()
         depths = (float(url_path_depth(url)), float(domain_depth(url)))
         _DEPTHS[url] = depths

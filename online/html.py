@@ -42,7 +42,7 @@ from w3lib.encoding import html_to_unicode
 from w3lib.html import strip_html5_whitespace
 from w3lib.url import safe_url_string
 
-from online.links import InvalidURL, link_info
+from online.links import CACHE_SIZE, InvalidURL, link_info
 
 #: Elements whose text is not page text (and links, whose text goes with the links).
 _NOT_TEXT = ["script", "style", "noscript", "template", "a", "area"]
@@ -62,7 +62,7 @@ _HTTP = ("http://", "https://")
 _HTML5_WHITESPACE = " \t\n\r\x0c"
 #: resolved links that depend on the base's origin only: (origin, href, encoding) -> URL
 _RESOLVED: dict[tuple[str, ...], str | None] = {}
-_RESOLVED_SIZE = 1 << 20
+_RESOLVED_SIZE = CACHE_SIZE
 _MISSING = object()
 
 

@@ -174,37 +174,50 @@ class EnsembleScorer(_MatrixScorer):
             state.first_seen = float(times[0])
         parts: list[Scores] = []
         start = 0
+        held: list[int] = []  # rows labelled since the last hand-over to the pending labels
         for i in range(n):
-            if self._epoch_due(times[i]):
+            first = held[0] if held else None
+            if self._epoch_due(times[i], _label_row(labels, times, first)):
                 if i > start:
                     parts.append(self._scores(X[start:i], columns, record=True))
                     start = i
+                self._hold(previous, labels, times, held)
                 self._epoch(times[i], columns)
-            label, prev = labels[i], previous[i]
-            if label is not None and prev is not None:
-                state.pending_rows.append(np.asarray(prev, np.float32))
-                state.pending_labels.append(
-                    (
-                        float(label.new_internal),
-                        float(label.new_external),
-                        float(label.interval_days),
-                        bool(label.content_changed),
-                        float(times[i]),
-                    )
-                )
+            if labels[i] is not None and previous[i] is not None:
+                held.append(i)
+        self._hold(previous, labels, times, held)
         if start < n or not parts:
             parts.append(self._scores(X[start:], columns, record=True))
         return _concat(parts)
 
+    def _hold(
+        self,
+        previous: Sequence[np.ndarray | None],
+        labels: Sequence[Label | None],
+        times: np.ndarray,
+        held: list[int],
+    ) -> None:
+        """The rows labelled at positions ``held`` wait for the next epoch, as one block."""
+        if held:
+            rows = np.stack([np.asarray(previous[i], np.float32) for i in held])
+            block = np.array([_label_row(labels, times, i) for i in held], np.float64)
+            self.learned.pending.add(rows, block)
+            held.clear()
+
     # -- epochs ------------------------------------------------------------------------------
 
-    def _epoch_due(self, now: float) -> bool:
+    def _epoch_due(self, now: float, held_first: tuple | None = None) -> bool:
+        """Whether an epoch falls before ``now``; ``held_first``: the oldest label of this
+        batch not yet handed to the pending labels (they come after those waiting)."""
         state = self.learned
-        if not state.pending_labels or state.pending_labels[0][4] >= now:
+        first = state.pending.first()
+        if first is None:
+            first = held_first
+        if first is None or first[4] >= now:
             return False
         # The site's rhythm as measured so far (before the first epoch: the first label's).
         interval = (
-            state.pending_labels[0][2]
+            float(first[2])
             if state.last_epoch is None
             else state.site.typical_interval_days(DEFAULT_INTERVAL_DAYS)
         )
@@ -214,10 +227,9 @@ class EnsembleScorer(_MatrixScorer):
     def _epoch(self, now: float, columns: Mapping[str, int]) -> None:
         """Learn every pending label observed before ``now``."""
         state = self.learned
-        take = sum(1 for label in state.pending_labels if label[4] < now)
-        rows = np.stack(state.pending_rows[:take]).astype(np.float64)
-        info = np.array([label[:4] for label in state.pending_labels[:take]], dtype=np.float64)
-        del state.pending_rows[:take], state.pending_labels[:take]
+        waiting, labels = state.pending.take(state.pending.count_before(now))
+        rows = waiting.astype(np.float64)
+        info = labels[:, :4]
         counts, days, changed = info[:, :2], info[:, 2], info[:, 3] > 0
         ev = evidence(rows, columns)
         rates = self._candidate_rates(rows, columns, ev)[:, self._uses]
@@ -454,3 +466,20 @@ __all__ = [
     "EnsembleScorer",
     "OnlineScorer",
 ]
+
+
+def _label_row(
+    labels: Sequence[Label | None], times: np.ndarray, at: int | None
+) -> tuple[float, float, float, float, float] | None:
+    """Row ``at``'s label as the pending labels keep it (`online.ensemble_state.PendingLabels`)."""
+    if at is None:
+        return None
+    label = labels[at]
+    assert label is not None
+    return (
+        float(label.new_internal),
+        float(label.new_external),
+        float(label.interval_days),
+        float(bool(label.content_changed)),
+        float(times[at]),
+    )

@@ -31,8 +31,8 @@ from batch.generate import GeneratorConfig, write_events
 from batch.rundir import SUMMARY_FILE
 from online.candidates import CANDIDATES
 from online.scorers import DEFAULT_SCORER
+from streams.feature_table import candidate_column
 from streams.replay import replay
-from streams.run_outputs import candidate_column
 
 #: The paper's baselines a default scorer must not fall behind (yield), and NNL-Av (Spearman).
 BASELINES = ("nnl-av", "nnl-pr", "ccr")
