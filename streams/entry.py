@@ -15,6 +15,7 @@ from typing import Any
 
 def app() -> Any:
     """Run the ``lookaround`` command line (`streams.cli.app`)."""
+    # Deferred: a spawned helper runs this script again; it must not load the whole CLI.
     from streams.cli import app as command
 
     return command()

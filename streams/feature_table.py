@@ -207,8 +207,8 @@ class FeatureTable:
                 slot = slot_of[pid] = len(self._urls)
                 self._urls.append(None)
             slots.append(slot)
-        if len(self._urls) > self._capacity:  # grow by doubling
-            self._grow(max(2 * self._capacity, len(self._urls), 1024))
+        if len(self._urls) > self._capacity:  # by a quarter: the slack is memory at the peak
+            self._grow(max(self._capacity + self._capacity // 4, len(self._urls), 1024))
         return slots
 
     def _grow(self, capacity: int) -> None:
