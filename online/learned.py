@@ -175,15 +175,18 @@ class EnsembleScorer(_MatrixScorer):
         parts: list[Scores] = []
         start = 0
         held: list[int] = []  # rows labelled since the last hand-over to the pending labels
+        held_first = None  # the first of them's label, as the pending labels keep it
         for i in range(n):
-            first = held[0] if held else None
-            if self._epoch_due(times[i], _label_row(labels, times, first)):
+            if self._epoch_due(times[i], held_first):
                 if i > start:
                     parts.append(self._scores(X[start:i], columns, record=True))
                     start = i
                 self._hold(previous, labels, times, held)
+                held_first = None
                 self._epoch(times[i], columns)
             if labels[i] is not None and previous[i] is not None:
+                if not held:
+                    held_first = _label_row(labels, times, i)
                 held.append(i)
         self._hold(previous, labels, times, held)
         if start < n or not parts:
@@ -469,11 +472,9 @@ __all__ = [
 
 
 def _label_row(
-    labels: Sequence[Label | None], times: np.ndarray, at: int | None
-) -> tuple[float, float, float, float, float] | None:
+    labels: Sequence[Label | None], times: np.ndarray, at: int
+) -> tuple[float, float, float, float, float]:
     """Row ``at``'s label as the pending labels keep it (`online.ensemble_state.PendingLabels`)."""
-    if at is None:
-        return None
     label = labels[at]
     assert label is not None
     return (

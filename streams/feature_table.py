@@ -26,6 +26,8 @@ from online.scored import ScoredColumns
 
 #: the float64 columns of a row's values, in `ScoredColumns.values` order
 _VALUES = ("score", "expected_new_internal", "expected_new_external", "p_new")
+#: the same columns in the file's order
+_ORDER = ("score", "p_new", "expected_new_internal", "expected_new_external")
 _TIMESTAMP = pa.timestamp("ms", tz="UTC")
 #: the array fields of `_Rows`, in its order (all but the URLs)
 _ARRAYS = (
@@ -324,7 +326,3 @@ def _table(done: list[tuple[_Rows, _Labels]], schema: pa.Schema) -> pa.Table:
         pa.array(column("labels", "millis"), pa.int64(), mask=~stamped).cast(_TIMESTAMP),
     ]
     return pa.Table.from_arrays(arrays, schema=schema)
-
-
-#: the value columns in the file's order
-_ORDER = ("score", "p_new", "expected_new_internal", "expected_new_external")
