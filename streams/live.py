@@ -107,6 +107,24 @@ class LiveBatch:
     results: list[Processed] = field(default_factory=list)
 
 
+def _finish_interrupted_write(store: RedisPageStore) -> None:
+    """A cluster write this worker left part way (it died between two slots' scripts) is
+    finished from its journal before anything is read, so the store is as the batch left
+    it and the redelivered events are duplicates, as on one server. A journal that is not
+    ours is logged and left for the next write to replace."""
+    try:
+        calls = store.finish_interrupted_write()
+    except ValueError as exc:
+        log.error("the write journal of worker %s refused: %s", store.worker_id, exc)
+        return
+    if calls:
+        log.warning(
+            "finished an interrupted write of worker %s: %d script calls run again",
+            store.worker_id,
+            calls,
+        )
+
+
 class LiveProcessor:
     """The worker's core: parse, process (with Redis retries), publish, write, in that order."""
 
@@ -123,6 +141,7 @@ class LiveProcessor:
     ) -> None:
         self.settings = settings
         self.store = store
+        _finish_interrupted_write(store)
         self.deferred = DeferredStore(store)
         self.publish = publish
         self.metrics = metrics or Metrics()

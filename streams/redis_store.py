@@ -25,6 +25,7 @@ Keys (``prefix`` first, e.g. ``lookaround:``; ``{T}`` is a hash tag, see below):
 * ``{prefix}{T}allocation:{worker_id}``: this worker's budget schedule state (with a budget);
 * ``{prefix}{T}follow:{worker_id}``: what this worker saw siblings show after a gain
   (`online.related_updates.SiblingFollow`);
+* ``{prefix}{T}journal:{worker_id}``: on a cluster, the batch being written (below);
 * ``{prefix}{T}ack``: written before a ``WAIT`` (below), so that it waits for everything
   written to that server so far.
 
@@ -50,16 +51,16 @@ On a cluster a script may only touch one slot, so the same script runs once per 
 calls to one master sent together (one round trip a master and phase), in three phases:
 sibling groups and gains, then page records, then the worker's own keys (learner,
 allocation, follow). Each script is atomic and idempotent as above; the batch as a whole is
-not. A crash part way leaves some slots written: Kafka redelivers the batch, the written
-pages' events are duplicates (their records are not touched again) and the others are
-processed again. The order bounds what that costs: groups first, so that a page seen for the
-first time is in its group before its record says it was seen (the append is conditional,
-so a redelivery never lists it twice); the worker's keys last, so that the learner never
-learns a batch twice: it misses the labels of the pages written before the crash (at most
-one batch's), and the allocation and sibling-follow state that batch's updates. The events
-processed again see their neighbours' stats as the first attempt left them, and so may be
-published with slightly different priorities than the first time (a crawler takes the
-latest).
+made so by a journal: before the first script, every call of the batch (keys and arguments)
+is written to one key of the worker's, ``{prefix}{T}journal:{worker_id}``
+(`streams.write_journal`), dropped once the last phase is done. A worker that dies part way
+leaves its journal; started again, it runs the journal's calls before it reads anything
+(`finish_interrupted_write`: what was written is skipped, what was not is written), so the
+store is as the whole batch leaves it, as on one server: Kafka redelivers the batch, its
+events are duplicates, and the priorities, the learner and every record are those of a
+worker that never died. The phases' order still matters within a write (a page seen for the
+first time is in its group before its record says it was seen; the learner is written last).
+The journal costs a batch's bytes written once more, to one master, and two round trips.
 
 **Expiry.** With ``ttl``, a page's record expires when its page is not fetched again for
 that long, unless it holds a sibling group that others need: one of several members, or a
@@ -136,6 +137,9 @@ from streams.redis_scripts import (
     WRITE_LUA,
 )
 from streams.settings import DEFAULT_SLOT_TAGS, Settings
+from streams.write_journal import JournalCall, as_bytes
+from streams.write_journal import decode as decode_journal
+from streams.write_journal import encode as encode_journal
 
 
 class StoreUnavailable(RedisConnectionError):
@@ -158,6 +162,17 @@ _CLUSTER_CHANGING = (
 )
 
 Client = redis.Redis | RedisCluster
+#: A script call: the script's name, its keys, its arguments.
+Call = tuple[str, Sequence[str | bytes], Sequence[Any]]
+
+
+def journal_calls(phases: list[dict[int, Call]]) -> list[JournalCall]:
+    """The calls of a cluster write's phases (one per tag each) as the journal keeps them."""
+    return [
+        JournalCall(at, tag, name, [as_bytes(k) for k in keys], [as_bytes(a) for a in args])
+        for at, calls in enumerate(phases)
+        for tag, (name, keys, args) in calls.items()
+    ]
 
 
 @functools.cache
@@ -227,6 +242,7 @@ class RedisPageStore:
         self.learner_key = f"{head}learner:{worker_id}"
         self.allocation_key = f"{head}allocation:{worker_id}"
         self.follow_key = f"{head}follow:{worker_id}"
+        self.journal_key = f"{head}journal:{worker_id}"
         self._worker_tag = worker_tag
         self._scripts = {
             name: (source, hashlib.sha1(source.encode()).hexdigest())
@@ -469,7 +485,7 @@ class RedisPageStore:
         groups: dict[str, bytes],
         gains: dict[str, bytes],
         pages: dict[int, list[bytes]],
-    ) -> tuple[str, list[str], list[Any]]:
+    ) -> Call:
         keys: list[str] = []
         if worker is not None:
             keys += [self.learner_key, self.allocation_key, self.follow_key]
@@ -491,7 +507,6 @@ class RedisPageStore:
         pages: dict[int, list[bytes]],
     ) -> None:
         n = len(self.tags)
-        touched: dict[str, int] = {}  # node name -> a tag of one of its slots written
         # 1. sibling groups and gains: a first-seen page joins its group before its record
         # says it was seen
         phase: dict[int, tuple[dict[str, bytes], dict[str, bytes]]] = {}
@@ -499,23 +514,71 @@ class RedisPageStore:
             phase.setdefault(group_home(key) % n, ({}, {}))[0][key] = urls
         for key, gain in gains.items():
             phase.setdefault(self._tag_of(key), ({}, {}))[1][key] = gain
-        calls = {tag: self._write_call(None, g, h, {}) for tag, (g, h) in phase.items()}
-        self._run_by_tag(calls, touched)
+        first = {tag: self._write_call(None, g, h, {}) for tag, (g, h) in phase.items()}
         # 2. the page records
         by_tag: dict[int, dict[int, list[bytes]]] = {}
         for pid, blobs in pages.items():
             by_tag.setdefault(pid % n, {})[pid] = blobs
-        calls = {tag: self._write_call(None, {}, {}, part) for tag, part in by_tag.items()}
-        for written, skipped in self._run_by_tag(calls, touched).values():
-            self.written += int(written)
-            self.skipped += int(skipped)
-        # 3. the worker's own keys, last: the learner never learns a batch twice
-        if any(worker):
-            call = self._write_call(worker, {}, {}, {})
-            self._run_by_tag({self._worker_tag: call}, touched)
+        second = {tag: self._write_call(None, {}, {}, part) for tag, part in by_tag.items()}
+        # 3. the worker's own keys, last
+        third = {self._worker_tag: self._write_call(worker, {}, {}, {})} if any(worker) else {}
+        touched: dict[str, int] = {}  # node name -> a tag of one of its slots written
+        node = self._put_journal(encode_journal(journal_calls([first, second, third])), touched)
+        self._run_phases([first, second, third], touched, counted=1)
+        self._guard(lambda: self._node_client(node).unlink(self.journal_key))
+
+    def _run_phases(
+        self, phases: list[dict[int, Call]], touched: dict[str, int], counted: int | None
+    ) -> None:
+        """Each phase's calls (one per tag) after the previous phase's; the records written
+        and skipped by phase ``counted`` are counted; then ``WAIT`` where asked."""
+        for at, calls in enumerate(phases):
+            results = self._run_by_tag(calls, touched)
+            if at == counted:
+                for written, skipped in results.values():
+                    self.written += int(written)
+                    self.skipped += int(skipped)
         if self.wait_replicas > 0:
             for name, tag in touched.items():
                 self._wait_node(name, tag)
+
+    # -- the write journal (a cluster's) -------------------------------------------------------
+
+    def _put_journal(self, blob: bytes, touched: dict[str, int]) -> str:
+        """The batch's calls, on the worker's own key, before the first of them runs; the
+        name of the node that holds it."""
+        name = self._primary_of_slot(self._slots[self._worker_tag]).name
+        self._guard(lambda: self._node_client(name).set(self.journal_key, blob))
+        touched.setdefault(name, self._worker_tag)
+        return name
+
+    def finish_interrupted_write(self) -> int:
+        """Run again the calls of a cluster write this worker left part way (its journal is
+        dropped when a write finishes), in their phases (each call is idempotent), then drop
+        the journal; how many calls were run (0: no journal, or one server, whose writes are
+        atomic). A journal that is not ours raises ValueError and is left for the next
+        write to replace. To be called before the worker reads anything (its learner first)."""
+        if not self.cluster:
+            return 0
+        blob = self._guard(lambda: self.client.get(self.journal_key))
+        if blob is None:
+            return 0
+        calls = decode_journal(blob)
+        phases: dict[int, dict[int, Call]] = {}
+        for call in calls:
+            self._check_journal_call(call)
+            phases.setdefault(call.phase, {})[call.tag] = (call.script, call.keys, call.args)
+        self._run_phases([phases[p] for p in sorted(phases)], {}, counted=None)
+        self._guard(lambda: self.client.delete(self.journal_key))
+        return len(calls)
+
+    def _check_journal_call(self, call: JournalCall) -> None:
+        """A journal's call must be our write script over keys of our prefix in its tag."""
+        if call.script != "write" or not 0 <= call.tag < len(self.tags):
+            raise ValueError(f"a write journal with a call of script {call.script!r}")
+        head = f"{self.prefix}{{{self.tags[call.tag]}}}".encode()
+        if not all(key.startswith(head) for key in call.keys):
+            raise ValueError("a write journal with keys outside its prefix and hash tag")
 
     # -- running scripts ----------------------------------------------------------------------
 
@@ -554,7 +617,7 @@ class RedisPageStore:
     def _run_one(
         self,
         node: str | None,
-        calls: list[tuple[str, list[str], list[Any]]],
+        calls: list[Call],
         ack_tag: int | None = None,
     ) -> list[Any]:
         """The script ``calls`` on one server (``node``: a cluster node's name; None: the
@@ -562,9 +625,7 @@ class RedisPageStore:
         the ack key written after them and ``WAIT`` for ``wait_replicas``."""
         return self._guard(lambda: self._pipeline(node, calls, ack_tag))  # type: ignore[no-any-return]
 
-    def _pipeline(
-        self, node: str | None, calls: list[tuple[str, list[str], list[Any]]], ack_tag: int | None
-    ) -> list[Any]:
+    def _pipeline(self, node: str | None, calls: list[Call], ack_tag: int | None) -> list[Any]:
         client = self._node_client(node)
         for attempt in (1, 2):
             pipe = client.pipeline(transaction=False)
@@ -596,7 +657,7 @@ class RedisPageStore:
 
     def _run_by_tag(
         self,
-        calls: dict[int, tuple[str, list[str], list[Any]]],
+        calls: dict[int, Call],
         touched: dict[str, int] | None = None,
     ) -> dict[int, Any]:
         """Script calls on a cluster, one per tag (all its keys in that tag's slot), those of

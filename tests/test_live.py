@@ -648,3 +648,35 @@ def test_parsed_values_cross_processes_as_they_were(crawl_file):
     assert isinstance(back, ParsedValues) and back == parsed
     assert back[3] == ("url", "expected a string, got int") and back[-1][0] == "$"
     assert sum(isinstance(x, tuple) and len(x) == 2 for x in back) == 3
+
+
+def test_a_worker_finishes_its_interrupted_cluster_write_before_it_reads(redis_cluster, caplog):
+    """A worker that died part way through a cluster write (its learner not yet written)
+    finishes the write from its journal when it starts again, before its pipeline reads its
+    learner: the store is what the whole write leaves, and the log says so."""
+    from redis.cluster import RedisCluster
+
+    from streams.live import LiveProcessor
+    from tests.test_redis_store import _batch_of_a_cluster_write, _Died, _DiesPartWay, _records
+
+    client = RedisCluster.from_url(redis_cluster.url)
+    settings = worker_settings("127.0.0.1:1", f"lt{np.random.default_rng().integers(1 << 40):x}")
+    prefix = settings.redis_key_prefix
+    whole = RedisPageStore(client, prefix=f"whole-{prefix}", tags=8, worker_id=settings.worker_id)
+    dying = _DiesPartWay(client, prefix=prefix, tags=8, worker_id=settings.worker_id, round_trips=3)
+    try:
+        writes = _batch_of_a_cluster_write()
+        whole.write(writes)
+        with pytest.raises(_Died):
+            dying.write(writes)
+        assert dying.get_learner() is None
+        restarted = RedisPageStore(client, prefix=prefix, tags=8, worker_id=settings.worker_id)
+        with caplog.at_level("WARNING", logger="lookaround.worker"):
+            LiveProcessor(settings, restarted, _no_publish)
+        assert "finished an interrupted write" in caplog.text
+        assert _records(restarted) == _records(whole)
+        assert client.get(restarted.journal_key) is None
+    finally:
+        whole.delete_all()
+        dying.delete_all()
+        client.close()

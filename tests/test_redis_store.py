@@ -16,6 +16,7 @@ from online.hedge import AdaHedge
 from online.history import PageState, states_equal
 from online.links import url_id
 from online.related_updates import GroupGain, SiblingFollow
+from online.scorers import DEFAULT_SCORER
 from online.stores import MemoryPageStore, Neighbours, PageWrites, to_half
 from streams.redis_store import (
     RECORD_VERSION,
@@ -78,7 +79,9 @@ def test_parity_with_memory_store(store, batch, scorer):
 
 
 def snapshot(store: RedisPageStore) -> dict:
-    return {key: store.client.get(key) for key in store.keys()}  # noqa: SIM118
+    """Every key of the store, its bytes; a cluster's write journal aside (the last write's
+    calls, not a record: `RedisPageStore.finish_interrupted_write`)."""
+    return {k: store.client.get(k) for k in store.keys() if b"}journal:" not in k}  # noqa: SIM118
 
 
 def test_stale_and_redelivered_writes_change_nothing(store):
@@ -294,8 +297,9 @@ def _scripts_run(client) -> int:
 
 def test_a_cluster_write_is_one_script_per_slot_in_three_phases(redis_cluster):
     """A batch of pages over 8 tags, two sibling groups and a learner: one script per tag
-    for the pages, one per group tag, one for the worker's keys (in that order: a crash
-    part way is what the module docstring says it costs); reads are one script per tag."""
+    for the pages, one per group tag, one for the worker's keys (in that order, the batch's
+    journal written before them: a crash part way is finished from it, below); reads are
+    one script per tag."""
     from redis.cluster import RedisCluster
 
     client = RedisCluster.from_url(redis_cluster.url)
@@ -324,6 +328,121 @@ def test_a_cluster_write_is_one_script_per_slot_in_three_phases(redis_cluster):
     finally:
         store.delete_all()
         client.close()
+
+
+class _Died(Exception):
+    """The worker's process ending where it stood (a SIGKILL, as far as the store knows)."""
+
+
+class _DiesPartWay(RedisPageStore):
+    """A store whose worker dies after ``round_trips`` of a write's script round trips."""
+
+    def __init__(self, *args, round_trips: int, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.left = round_trips
+
+    def _run_one(self, node, calls, ack_tag=None):
+        if calls:
+            if self.left == 0:
+                raise _Died
+            self.left -= 1
+        return super()._run_one(node, calls, ack_tag)
+
+
+def _records(store: RedisPageStore) -> dict[bytes, bytes]:
+    """`snapshot`, by key less the prefix (so two stores' can be compared)."""
+    return {k[len(store.prefix) :]: v for k, v in snapshot(store).items()}
+
+
+def _batch_of_a_cluster_write() -> PageWrites:
+    """Pages over 8 tags, two sibling groups, a gain and a learner: every phase of a write."""
+    mem = MemoryPageStore()
+    run(crawl(pages=40, rounds=2), batch=100, store=mem, scorer=DEFAULT_SCORER)
+    return PageWrites(
+        states=dict(mem.states),
+        stats={pid: mem.stats(pid) for pid in mem._stats_row},
+        neighbours=dict(mem.neighbours),
+        siblings={"a.example/x": ["https://a.example/x"], "b.example/y": ["https://b.example/y"]},
+        gains={"a.example/x": GroupGain(1_767_225_600.0, 3.0, 0.0, url_id("https://a.example/x"))},
+        learner=mem.learner,  # the default scorer's, as a worker's
+    )
+
+
+@pytest.mark.parametrize("round_trips", [1, 2, 4])
+def test_a_cluster_write_cut_short_is_finished_from_its_journal(redis_cluster, round_trips):
+    """A worker dying between two slots' scripts (after the groups; part way through the
+    pages; before its learner) leaves a batch part written; the worker started again finishes
+    it from the journal before anything else, so the store is byte for byte what the whole
+    write leaves, the journal is gone, and running it again changes nothing."""
+    from redis.cluster import RedisCluster
+
+    client = RedisCluster.from_url(redis_cluster.url)
+    base = f"test:{uuid.uuid4().hex[:12]}"
+    whole = RedisPageStore(client, prefix=f"{base}a:", tags=8, worker_id="w")
+    dying = _DiesPartWay(client, prefix=f"{base}b:", tags=8, worker_id="w", round_trips=round_trips)
+    try:
+        writes = _batch_of_a_cluster_write()
+        whole.write(writes)
+        with pytest.raises(_Died):
+            dying.write(writes)
+        assert _records(dying) != _records(whole)
+        restarted = RedisPageStore(client, prefix=f"{base}b:", tags=8, worker_id="w")
+        run_again = restarted.finish_interrupted_write()
+        assert run_again == 2 + 8 + 1  # two group tags (the gain shares one), 8 page tags, 1
+        assert _records(restarted) == _records(whole)
+        assert restarted.get_learner() is not None
+        assert restarted.finish_interrupted_write() == 0  # the journal was dropped
+        assert whole.finish_interrupted_write() == 0  # a write that finished drops its own
+        # a worker dying right after its journal: the journal run again changes nothing
+        with pytest.raises(_Died):
+            _DiesPartWay(client, prefix=f"{base}b:", tags=8, worker_id="w", round_trips=0).write(
+                writes
+            )
+        assert restarted.finish_interrupted_write() == run_again
+        assert _records(restarted) == _records(whole)
+    finally:
+        whole.delete_all()
+        dying.delete_all()
+        client.close()
+
+
+def test_a_journal_that_is_not_ours_is_refused(redis_cluster):
+    """Bytes that are not a journal, or a journal reaching past the store's prefix or tags,
+    are refused with the reason, and nothing of them is run."""
+    from redis.cluster import RedisCluster
+
+    from streams.write_journal import JournalCall, encode
+
+    client = RedisCluster.from_url(redis_cluster.url)
+    store = RedisPageStore(client, prefix=f"test:{uuid.uuid4().hex[:12]}:", tags=8, worker_id="w")
+    elsewhere = b"other:{" + store.tags[0].encode() + b"}p:1"
+    outside = encode([JournalCall(0, 0, "write", [elsewhere], [b"0", b"0", b"0", b"0"])])
+    other_script = encode([JournalCall(0, 0, "read", [], [])])
+    try:
+        for blob, reason in [
+            (b"\x80\x03pickle", "version byte"),
+            (b"\x01\x05\x00\x00\x00", "damaged"),
+            (outside, "outside its prefix"),
+            (other_script, "script 'read'"),
+        ]:
+            client.set(store.journal_key, blob)
+            with pytest.raises(ValueError, match=reason):
+                store.finish_interrupted_write()
+        assert client.get(elsewhere) is None
+    finally:
+        store.delete_all()
+        client.close()
+
+
+def test_one_server_writes_no_journal(redis_client):
+    """One server's write is one atomic script: nothing to finish, no journal kept."""
+    store = RedisPageStore(redis_client, prefix=f"test:{uuid.uuid4().hex[:12]}:", worker_id="w")
+    try:
+        store.write(_batch_of_a_cluster_write())
+        assert redis_client.get(store.journal_key) is None
+        assert store.finish_interrupted_write() == 0
+    finally:
+        store.delete_all()
 
 
 def test_writes_wait_for_the_replicas(backend):
