@@ -49,18 +49,18 @@ are only appended when not listed, a gain only replaces an older one.
 
 On a cluster a script may only touch one slot, so the same script runs once per slot, the
 calls to one master sent together (one round trip a master and phase), in three phases:
-sibling groups and gains, then page records, then the worker's own keys (learner,
-allocation, follow). Each script is atomic and idempotent as above; the batch as a whole is
-made so by a journal: before the first script, every call of the batch (keys and arguments)
-is written to one key of the worker's, ``{prefix}{T}journal:{worker_id}``
-(`streams.write_journal`), dropped once the last phase is done. A worker that dies part way
-leaves its journal; started again, it runs the journal's calls before it reads anything
-(`finish_interrupted_write`: what was written is skipped, what was not is written), so the
-store is as the whole batch leaves it, as on one server: Kafka redelivers the batch, its
-events are duplicates, and the priorities, the learner and every record are those of a
-worker that never died. The phases' order still matters within a write (a page seen for the
-first time is in its group before its record says it was seen; the learner is written last).
-The journal costs a batch's bytes written once more, to one master, and two round trips.
+the worker's own keys (learner, allocation, follow), then sibling groups and gains, then
+page records. Each script is atomic and idempotent as above; the batch as a whole is made
+so by a journal. The worker's own keys go in one transaction on their slot with the
+journal, ``{prefix}{T}journal:{worker_id}`` (`streams.write_journal`): every call of the
+two other phases, keys and arguments; the journal is dropped once they are done. A worker
+that dies part way leaves its journal; started again, it runs the journal's calls before it
+reads anything (`finish_interrupted_write`: what was written is skipped, what was not is
+written), so the store is as the whole batch leaves it, as on one server: Kafka redelivers
+the batch, its events are duplicates, and the priorities, the learner and every record are
+those of a worker that never died. Groups still go before pages, so that a page seen for
+the first time is in its group before its record says it was seen. The journal costs the
+batch's page records and groups written once more, to one master, and one round trip.
 
 **Expiry.** With ``ttl``, a page's record expires when its page is not fetched again for
 that long, unless it holds a sibling group that others need: one of several members, or a
@@ -520,11 +520,15 @@ class RedisPageStore:
         for pid, blobs in pages.items():
             by_tag.setdefault(pid % n, {})[pid] = blobs
         second = {tag: self._write_call(None, {}, {}, part) for tag, part in by_tag.items()}
-        # 3. the worker's own keys, last
-        third = {self._worker_tag: self._write_call(worker, {}, {}, {})} if any(worker) else {}
-        touched: dict[str, int] = {}  # node name -> a tag of one of its slots written
-        node = self._put_journal(encode_journal(journal_calls([first, second, third])), touched)
-        self._run_phases([first, second, third], touched, counted=1)
+        # 0. the journal of 1 and 2, and the worker's own keys (learner, allocation,
+        # follow), in one transaction on the worker's slot: the learner written once, and
+        # never without the pages' write it learned from being finishable
+        own = [self._write_call(worker, {}, {}, {})] if any(worker) else []
+        journal = encode_journal(journal_calls([first, second]))
+        node = self._primary_of_slot(self._slots[self._worker_tag]).name
+        self._run_one(node, own, journal=journal)
+        touched: dict[str, int] = {node: self._worker_tag}  # node -> a tag of its slots written
+        self._run_phases([first, second], touched, counted=1)
         self._guard(lambda: self._node_client(node).unlink(self.journal_key))
 
     def _run_phases(
@@ -543,14 +547,6 @@ class RedisPageStore:
                 self._wait_node(name, tag)
 
     # -- the write journal (a cluster's) -------------------------------------------------------
-
-    def _put_journal(self, blob: bytes, touched: dict[str, int]) -> str:
-        """The batch's calls, on the worker's own key, before the first of them runs; the
-        name of the node that holds it."""
-        name = self._primary_of_slot(self._slots[self._worker_tag]).name
-        self._guard(lambda: self._node_client(name).set(self.journal_key, blob))
-        touched.setdefault(name, self._worker_tag)
-        return name
 
     def finish_interrupted_write(self) -> int:
         """Run again the calls of a cluster write this worker left part way (its journal is
@@ -619,22 +615,31 @@ class RedisPageStore:
         node: str | None,
         calls: list[Call],
         ack_tag: int | None = None,
+        *,
+        journal: bytes | None = None,
     ) -> list[Any]:
         """The script ``calls`` on one server (``node``: a cluster node's name; None: the
         single server) in one round trip; with ``ack_tag`` (a tag of a slot of that server),
-        the ack key written after them and ``WAIT`` for ``wait_replicas``."""
-        return self._guard(lambda: self._pipeline(node, calls, ack_tag))  # type: ignore[no-any-return]
+        the ack key written after them and ``WAIT`` for ``wait_replicas``; with ``journal``,
+        the write journal set with them in one transaction (the calls' keys in its slot)."""
+        return self._guard(lambda: self._pipeline(node, calls, ack_tag, journal))  # type: ignore[no-any-return]
 
-    def _pipeline(self, node: str | None, calls: list[Call], ack_tag: int | None) -> list[Any]:
+    def _pipeline(
+        self, node: str | None, calls: list[Call], ack_tag: int | None, journal: bytes | None
+    ) -> list[Any]:
         client = self._node_client(node)
         for attempt in (1, 2):
-            pipe = client.pipeline(transaction=False)
+            pipe = client.pipeline(transaction=journal is not None)
+            if journal is not None:
+                pipe.set(self.journal_key, journal)
             for name, keys, args in calls:
                 pipe.evalsha(self._scripts[name][1], len(keys), *keys, *args)
             if ack_tag is not None:
                 pipe.set(f"{self.prefix}{{{self.tags[ack_tag]}}}ack", self.worker_id)
                 pipe.execute_command("WAIT", self.wait_replicas, self.wait_timeout_ms)
             results = pipe.execute(raise_on_error=False)
+            if journal is not None:
+                results = results[1:]
             if attempt == 1 and any(isinstance(r, NoScriptError) for r in results):
                 # a node that has not seen them (new, restarted or failed over): load, again
                 for source, _ in {self._scripts[name] for name, _, _ in calls}:
