@@ -39,6 +39,7 @@ from online.pipeline import PagePipeline, PipelineConfig
 from online.scorers import DEFAULT_SCORER
 from streams.composition import build_pipeline
 from streams.gcpolicy import frozen_survivors
+from streams.heap import HeapTrimmer
 from streams.maththreads import single_math_thread
 from streams.run_outputs import RunOutputs
 
@@ -127,6 +128,7 @@ def replay(
     started = time.perf_counter()
     outputs = RunOutputs(out_dir, config.history, parallel=bool(parallel))
     total = events_file.stat().st_size if batches is None else None
+    trimmer = HeapTrimmer()  # the free pages between the page records back to the system
     with (
         single_math_thread(),
         frozen_survivors() as settle,
@@ -173,6 +175,7 @@ def replay(
                     related.write(orjson.dumps(update) + b"\n")
                 summary.related_updates += len(isolated.outcome.related)
                 bar.update(task, completed=batch.position, events=summary.events_read)
+                trimmer.count(batch.lines)
         except BaseException:
             outputs.abort()  # no half-written files from a writer left running
             rejects.close()

@@ -24,6 +24,7 @@ from batch.helper_processes import run_as_helper
 from batch.rundir import FEATURES_FILE, PRIORITIES_FILE
 from online.scored import ScoredColumns
 from streams.feature_table import FeatureTable
+from streams.heap import HeapTrimmer
 
 
 class _Outputs:
@@ -125,8 +126,10 @@ def _serve(queue: mp.Queue, result: mp.Queue, parent_pid: int, out_dir: Path, hi
     run_as_helper(parent_pid)
     try:
         outputs = _Outputs(out_dir, history)
+        trimmer = HeapTrimmer()  # the held rows stay; the batches' free pages go back
         while (batch := queue.get()) is not None:
             outputs.write(batch)
+            trimmer.count(len(batch.urls))
         result.put(outputs.close())
     except BaseException:
         result.put(traceback.format_exc())
