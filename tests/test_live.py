@@ -657,26 +657,18 @@ def test_a_worker_finishes_its_interrupted_cluster_write_before_it_reads(redis_c
     from redis.cluster import RedisCluster
 
     from streams.live import LiveProcessor
-    from tests.test_redis_store import _batch_of_a_cluster_write, _Died, _DiesPartWay, _records
+    from tests.test_redis_store import _records, cut_short_write
 
     client = RedisCluster.from_url(redis_cluster.url)
     settings = worker_settings("127.0.0.1:1", f"lt{np.random.default_rng().integers(1 << 40):x}")
-    prefix = settings.redis_key_prefix
-    whole = RedisPageStore(client, prefix=f"whole-{prefix}", tags=8, worker_id=settings.worker_id)
-    dying = _DiesPartWay(client, prefix=prefix, tags=8, worker_id=settings.worker_id, round_trips=3)
+    prefix, worker = settings.redis_key_prefix, settings.worker_id
     try:
-        writes = _batch_of_a_cluster_write()
-        whole.write(writes)
-        with pytest.raises(_Died):
-            dying.write(writes)
-        assert _records(dying) != _records(whole)
-        restarted = RedisPageStore(client, prefix=prefix, tags=8, worker_id=settings.worker_id)
-        with caplog.at_level("WARNING", logger="lookaround.worker"):
-            LiveProcessor(settings, restarted, _no_publish)
-        assert "finished an interrupted write" in caplog.text
-        assert _records(restarted) == _records(whole)
-        assert client.get(restarted.journal_key) is None
+        with cut_short_write(client, prefix, worker, round_trips=3) as (whole, _):
+            restarted = RedisPageStore(client, prefix=prefix, tags=8, worker_id=worker)
+            with caplog.at_level("WARNING", logger="lookaround.worker"):
+                LiveProcessor(settings, restarted, _no_publish)
+            assert "finished an interrupted write" in caplog.text
+            assert _records(restarted) == _records(whole)
+            assert client.get(restarted.journal_key) is None
     finally:
-        whole.delete_all()
-        dying.delete_all()
         client.close()

@@ -6,6 +6,8 @@ cluster's write phases, replicas' acknowledgement and refused records."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import numpy as np
 import pytest
@@ -367,6 +369,29 @@ def _batch_of_a_cluster_write() -> PageWrites:
     )
 
 
+@contextmanager
+def cut_short_write(
+    client, prefix: str, worker_id: str, round_trips: int
+) -> Iterator[tuple[RedisPageStore, PageWrites]]:
+    """A batch (`_batch_of_a_cluster_write`) written whole under ``"whole-" + prefix`` and cut
+    short under ``prefix`` by a worker dying after ``round_trips`` script round trips; yields
+    the whole write's store and the batch; deletes both stores' keys after."""
+    whole = RedisPageStore(client, prefix=f"whole-{prefix}", tags=8, worker_id=worker_id)
+    dying = _DiesPartWay(
+        client, prefix=prefix, tags=8, worker_id=worker_id, round_trips=round_trips
+    )
+    try:
+        writes = _batch_of_a_cluster_write()
+        whole.write(writes)
+        with pytest.raises(_Died):
+            dying.write(writes)
+        assert _records(dying) != _records(whole)
+        yield whole, writes
+    finally:
+        whole.delete_all()
+        dying.delete_all()
+
+
 @pytest.mark.parametrize("round_trips", [1, 2, 4])
 def test_a_cluster_write_cut_short_is_finished_from_its_journal(redis_cluster, round_trips):
     """A worker dying between two slots' scripts (after its learner and journal; after the
@@ -376,32 +401,24 @@ def test_a_cluster_write_cut_short_is_finished_from_its_journal(redis_cluster, r
     from redis.cluster import RedisCluster
 
     client = RedisCluster.from_url(redis_cluster.url)
-    base = f"test:{uuid.uuid4().hex[:12]}"
-    whole = RedisPageStore(client, prefix=f"{base}a:", tags=8, worker_id="w")
-    dying = _DiesPartWay(client, prefix=f"{base}b:", tags=8, worker_id="w", round_trips=round_trips)
+    prefix = f"test:{uuid.uuid4().hex[:12]}:"
     try:
-        writes = _batch_of_a_cluster_write()
-        whole.write(writes)
-        with pytest.raises(_Died):
-            dying.write(writes)
-        assert _records(dying) != _records(whole)
-        restarted = RedisPageStore(client, prefix=f"{base}b:", tags=8, worker_id="w")
-        run_again = restarted.finish_interrupted_write()
-        assert run_again == 2 + 8  # two group tags (the gain shares one), 8 page tags
-        assert _records(restarted) == _records(whole)
-        assert restarted.get_learner() is not None
-        assert restarted.finish_interrupted_write() == 0  # the journal was dropped
-        assert whole.finish_interrupted_write() == 0  # a write that finished drops its own
-        # a worker dying right after its journal: the journal run again changes nothing
-        with pytest.raises(_Died):
-            _DiesPartWay(client, prefix=f"{base}b:", tags=8, worker_id="w", round_trips=1).write(
-                writes
-            )
-        assert restarted.finish_interrupted_write() == run_again
-        assert _records(restarted) == _records(whole)
+        with cut_short_write(client, prefix, "w", round_trips) as (whole, writes):
+            restarted = RedisPageStore(client, prefix=prefix, tags=8, worker_id="w")
+            run_again = restarted.finish_interrupted_write()
+            assert run_again == 2 + 8  # two group tags (the gain shares one), 8 page tags
+            assert _records(restarted) == _records(whole)
+            assert restarted.get_learner() is not None
+            assert restarted.finish_interrupted_write() == 0  # the journal was dropped
+            assert whole.finish_interrupted_write() == 0  # a write that finished drops its own
+            # a worker dying right after its journal: the journal run again changes nothing
+            with pytest.raises(_Died):
+                _DiesPartWay(client, prefix=prefix, tags=8, worker_id="w", round_trips=1).write(
+                    writes
+                )
+            assert restarted.finish_interrupted_write() == run_again
+            assert _records(restarted) == _records(whole)
     finally:
-        whole.delete_all()
-        dying.delete_all()
         client.close()
 
 
