@@ -483,16 +483,32 @@ class FaissIndex:
         one-page-at-a-time upserts; runs of new pages are added in one call.
         """
         assert self._ivf is not None
+        ivf = self._ivf
+        vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+        ids = np.ascontiguousarray(ids, dtype=np.int64)
+        # Each vector's list, found for the whole chunk at once (one matrix product, not one
+        # search a page: most of an add's cost when pages are replaced one by one).
+        lists = np.ascontiguousarray(ivf.quantizer.search(vectors, 1)[1].reshape(-1))
+
+        def add(lo: int, hi: int) -> None:
+            ivf.add_core(
+                hi - lo,
+                faiss.swig_ptr(vectors[lo:hi]),
+                faiss.swig_ptr(ids[lo:hi]),
+                faiss.swig_ptr(lists[lo:hi]),
+            )
+
         seen: set[int] = set()
         start = 0
         for pos, page in enumerate(ids.tolist()):
             if page in members or page in seen:
                 if pos > start:
-                    self._ivf.add_with_ids(vectors[start:pos], ids[start:pos])
+                    add(start, pos)
                 self._ivf_remove(ids[pos : pos + 1])
                 start = pos
             seen.add(page)
-        self._ivf.add_with_ids(vectors[start:], ids[start:])
+        if len(ids) > start:
+            add(start, len(ids))
 
     def _remember(self, ids: np.ndarray, vectors: np.ndarray) -> None:
         """Keep the pages' stored vectors for `reconstruct` (an id's last vector wins)."""

@@ -29,6 +29,10 @@ from online.stores import Neighbours, to_half
 #: Extra candidates fetched beyond k, so near-ties at the k-th place are settled by the exact
 #: recomputed similarities rather than by the search path.
 _MARGIN = 5
+#: Extra index candidates searched beyond k + `_MARGIN`, for those a row cannot take: pages
+#: the batch moved before it. A row that loses more than these is searched again as wide as
+#: the batch could need (`finish_search`), so this sets the cost, not the result.
+_SLACK = 8
 #: Rows per block when similarities are recomputed (bounds the temporary array).
 _CHUNK = 128
 #: Query rows per index search task: the search thread takes them in order, and those it has
@@ -105,6 +109,9 @@ class Search:
     in_index: np.ndarray | None = None
     moved: np.ndarray | None = None
     k: int = 0
+    #: the search width no row can need more than: k + margin, the row's own page and every
+    #: indexed page the batch moves
+    widest: int = 0
     parts: list[tuple[Future, int, int]] = field(default_factory=list)
 
     def found(self, index: VectorIndex) -> np.ndarray:
@@ -150,10 +157,12 @@ def start_search(
     in_index = np.array([pid in index for pid in ids.tolist()], dtype=bool)
     # A row "moves" its page when it brings a vector other than the indexed one.
     moved = np.array([p.vector_fp != p.indexed_fp for p in todo], dtype=bool)
-    # Candidates from the pre-batch index, without pages moved by an earlier row.
-    base_k = min(k + _MARGIN + 1 + int((moved & in_index).sum()), size_before)
+    # Candidates from the pre-batch index, without pages moved by an earlier row: a few more
+    # than needed, and the rows that lose more than those searched again (`finish_search`).
+    widest = min(k + _MARGIN + 1 + int((moved & in_index).sum()), size_before)
+    base_k = min(k + _MARGIN + 1 + _SLACK, widest)
     asks = np.array([row for row, p in enumerate(todo) if p.search], dtype=np.int64)
-    search = Search(todo, queries, ids, asks, size_before, in_index, moved, base_k)
+    search = Search(todo, queries, ids, asks, size_before, in_index, moved, base_k, widest)
     if base_k > 0:
         searcher = searcher()
         for lo in range(0, len(asks), _SEARCH_CHUNK):
@@ -199,12 +208,9 @@ def finish_search(
     # The first row at which each found page is moved by the batch (n: never).
     move_rows = np.flatnonzero(moved)
     move_ids, first = np.unique(ids[move_rows], return_index=True)
-    moved_at = np.full(found.shape, n, dtype=np.int64)
-    if len(move_ids):
-        pos = np.minimum(np.searchsorted(move_ids, found), len(move_ids) - 1)
-        hit = move_ids[pos] == found
-        moved_at[hit] = move_rows[first][pos[hit]]
-    index_ok = (found >= 0) & (found != ask_ids[:, None]) & (moved_at >= asks[:, None])
+    moved_first = move_ids, move_rows[first]
+    index_ok = _index_candidates(found, ask_ids, asks, moved_first, n)
+    found, index_ok = _first_candidates(index, search, found, index_ok, k + _MARGIN, moved_first)
 
     # Candidates from the batch: earlier rows that moved their page and are still its
     # latest vector at this row.
@@ -268,6 +274,59 @@ def finish_search(
             p.found_cos,
         )
     return out, writes
+
+
+def _index_candidates(
+    found: np.ndarray,
+    ask_ids: np.ndarray,
+    asks: np.ndarray,
+    moved_first: tuple[np.ndarray, np.ndarray],
+    n: int,
+) -> np.ndarray:
+    """Which found ids a row may take: not its own page, nor a page the batch moved before
+    it (``moved_first``: the moved pages' ids, sorted, and the row that first moved each)."""
+    move_ids, first_row = moved_first
+    moved_at = np.full(found.shape, n, dtype=np.int64)
+    if len(move_ids):
+        pos = np.minimum(np.searchsorted(move_ids, found), len(move_ids) - 1)
+        hit = move_ids[pos] == found
+        moved_at[hit] = first_row[pos[hit]]
+    return (found >= 0) & (found != ask_ids[:, None]) & (moved_at >= asks[:, None])
+
+
+def _first_candidates(
+    index: VectorIndex,
+    search: Search,
+    found: np.ndarray,
+    ok: np.ndarray,
+    width: int,
+    moved_first: tuple[np.ndarray, np.ndarray],
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's first ``width`` candidates it may take, in the index's order (-1 and False
+    where it has fewer). A row the search left short (fewer than ``width`` it may take from a
+    full result) is searched again as wide as any row can need, so what a row keeps does not
+    depend on how wide it was searched first."""
+    assert search.asks is not None and search.ids is not None and search.queries is not None
+    out = _take_first(found, ok, width)
+    if not found.shape[1] or search.widest <= found.shape[1]:
+        return out, out >= 0
+    again = np.flatnonzero((ok.sum(axis=1) < width) & (found[:, -1] >= 0))
+    if len(again):
+        rows = search.asks[again]
+        wide = index.search(search.queries[rows], search.widest, search.ids[rows])[1]
+        wide_ok = _index_candidates(wide, search.ids[rows], rows, moved_first, len(search.todo))
+        out[again] = _take_first(wide, wide_ok, width)
+    return out, out >= 0
+
+
+def _take_first(found: np.ndarray, ok: np.ndarray, width: int) -> np.ndarray:
+    """Per row, the first ``width`` of ``found`` where ``ok``, packed left, -1 after."""
+    out = np.full((len(found), width), -1, dtype=np.int64)
+    rank = np.cumsum(ok, axis=1) - 1
+    keep = ok & (rank < width)
+    row_of = np.broadcast_to(np.arange(len(found))[:, None], found.shape)
+    out[row_of[keep], rank[keep]] = found[keep]
+    return out
 
 
 def _first_occurrence(ids: np.ndarray) -> np.ndarray:
