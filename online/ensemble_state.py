@@ -14,6 +14,8 @@ how it is read back, is in one short module.
 
 from __future__ import annotations
 
+import zlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +30,52 @@ from online.hedge import AdaHedge
 from online.learners import LinkLearner
 from online.site import SiteStats
 
+#: A stored block: this, then its data blob (`online.state_codec`) deflated (zlib, level 1:
+#: a block's rows take about a third of the space, at over 100 MB/s).
+ZBLOCK = b"LOOKAROUND-ZBLOCK\n"
+#: The most a stored block may inflate to (a larger one is refused: not ours, or a bomb).
+MAX_BLOCK_BYTES = 256 << 20
+
+
+def pack_block(blob: bytes) -> bytes:
+    """A data blob as a block is stored (`ZBLOCK`)."""
+    return ZBLOCK + zlib.compress(blob, 1)
+
+
+def unpack_block(stored: bytes) -> bytes:
+    """`pack_block`'s inverse; `StateRefused` for a damaged block or one that inflates past
+    `MAX_BLOCK_BYTES`.
+
+    >>> unpack_block(pack_block(b"data"))
+    b'data'
+    """
+    if not stored.startswith(ZBLOCK):
+        raise state_codec.StateRefused(f"not a stored block (starts {stored[:8]!r})")
+    inflate = zlib.decompressobj()
+    try:
+        blob = inflate.decompress(memoryview(stored)[len(ZBLOCK) :], MAX_BLOCK_BYTES)
+    except zlib.error as exc:
+        raise state_codec.StateRefused(f"damaged block: {exc}") from None
+    if inflate.unconsumed_tail or not inflate.eof:
+        raise state_codec.StateRefused(f"damaged block, or over {MAX_BLOCK_BYTES} bytes inflated")
+    return blob
+
+
+class _Block:
+    """One batch's waiting rows and labels, read-only, with how many of them were taken from
+    its front (``skip``); ``blob`` caches its encoding (`PendingLabels.block_blob`)."""
+
+    __slots__ = ("blob", "labels", "rows", "seq", "skip")
+
+    def __init__(self, seq: int, rows: np.ndarray, labels: np.ndarray, skip: int = 0) -> None:
+        self.seq, self.rows, self.labels, self.skip = seq, rows, labels, skip
+        self.blob: bytes | None = None
+
+    def copy(self) -> _Block:
+        block = _Block(self.seq, self.rows, self.labels, self.skip)
+        block.blob = self.blob
+        return block
+
 
 class PendingLabels:
     """Labelled feature rows waiting for the next epoch, in the order they arrived: rows
@@ -35,10 +83,12 @@ class PendingLabels:
     (float64: new internal, new external, interval days, content changed 0 / 1, the time the
     label was observed).
 
-    Kept as one block of each per batch, not an array and a tuple per row: a site's whole round
-    can wait here, so at a million pages this is hundreds of megabytes less. Blocks are
-    read-only and `take` only drops references, so a copy (`copy.deepcopy` included: what a
-    checkpoint takes before every batch) shares them and costs a list per batch, not per row.
+    Kept as one read-only block per batch, numbered in the order they came (``seq``), not an
+    array and a tuple per row: a site's whole round can wait here, so at a million pages this
+    is hundreds of megabytes less. `take` only moves a block's start or drops it, so a copy
+    (`copy.deepcopy` included: what a checkpoint takes before every batch) shares the arrays
+    and costs a list per batch, not per row; and a store keeps each block once, as its own
+    record (`block_blob`), instead of every waiting row with every batch.
 
     >>> pending = PendingLabels()
     >>> pending.add(np.ones((2, 3)), np.array([[1, 0, 7, 1, 10.0], [0, 0, 7, 0, 20.0]]))
@@ -47,12 +97,17 @@ class PendingLabels:
     >>> rows, labels = pending.take(1)
     >>> rows.shape, float(labels[0, 0]), len(pending), float(pending.first()[4])
     ((1, 3), 1.0, 1, 20.0)
+    >>> pending.refs()  # (block, rows taken from its front)
+    [(0, 1)]
     """
 
+    #: Kind of a stored block (`online.state_codec`).
+    BLOCK_KIND = "pending-labels-block"
+
     def __init__(self) -> None:
-        self._rows: list[np.ndarray] = []
-        self._labels: list[np.ndarray] = []
+        self._blocks: list[_Block] = []
         self._count = 0
+        self.next_seq = 0
 
     def __len__(self) -> int:
         return self._count
@@ -66,33 +121,36 @@ class PendingLabels:
         if len(rows) != len(labels):
             raise ValueError(f"{len(rows)} pending rows for {len(labels)} labels")
         rows.flags.writeable = labels.flags.writeable = False
-        self._rows.append(rows)
-        self._labels.append(labels)
+        self._blocks.append(_Block(self.next_seq, rows, labels))
+        self.next_seq += 1
         self._count += len(labels)
 
     def first(self) -> np.ndarray | None:
         """The oldest waiting label, or None."""
-        return self._labels[0][0] if self._labels else None
+        if not self._blocks:
+            return None
+        block = self._blocks[0]
+        return block.labels[block.skip]
 
     def count_before(self, now: float) -> int:
         """How many waiting labels were observed before ``now``."""
-        return sum(int(np.count_nonzero(block[:, 4] < now)) for block in self._labels)
+        return sum(int(np.count_nonzero(b.labels[b.skip :, 4] < now)) for b in self._blocks)
 
     def take(self, k: int) -> tuple[np.ndarray, np.ndarray]:
         """The oldest ``k`` rows and labels, no longer waiting."""
         rows: list[np.ndarray] = []
         labels: list[np.ndarray] = []
-        while k > 0 and self._labels:
-            block_rows, block_labels = self._rows[0], self._labels[0]
-            if len(block_labels) <= k:
-                rows.append(block_rows)
-                labels.append(block_labels)
-                del self._rows[0], self._labels[0]
-            else:  # the rest stays, as a view of the same read-only block
-                rows.append(block_rows[:k])
-                labels.append(block_labels[:k])
-                self._rows[0], self._labels[0] = block_rows[k:], block_labels[k:]
-            taken = len(labels[-1])
+        while k > 0 and self._blocks:
+            block = self._blocks[0]
+            end = min(block.skip + k, len(block.labels))
+            rows.append(block.rows[block.skip : end])
+            labels.append(block.labels[block.skip : end])
+            taken = end - block.skip
+            if end == len(block.labels):
+                del self._blocks[0]
+            else:  # the rest stays: the same read-only block, from a later row
+                self._blocks[0] = block = block.copy()
+                block.skip = end
             self._count -= taken
             k -= taken
         if not labels:
@@ -101,14 +159,70 @@ class PendingLabels:
 
     def all(self) -> tuple[np.ndarray | None, np.ndarray]:
         """Every waiting row (None if none) and label, without taking them."""
-        if not self._labels:
+        if not self._blocks:
             return None, np.empty((0, 5), np.float64)
-        return np.concatenate(self._rows), np.concatenate(self._labels)
+        return (
+            np.concatenate([b.rows[b.skip :] for b in self._blocks]),
+            np.concatenate([b.labels[b.skip :] for b in self._blocks]),
+        )
+
+    # -- stored a block at a time --------------------------------------------------------------
+
+    def refs(self) -> list[tuple[int, int]]:
+        """The waiting blocks, oldest first: (block number, rows taken from its front)."""
+        return [(b.seq, b.skip) for b in self._blocks]
+
+    def block_blobs(self) -> dict[int, bytes]:
+        """Every waiting block, whole, as data (`online.state_codec`), by block number; each
+        encoded once and kept, since a block never changes."""
+        out = {}
+        for block in self._blocks:
+            if block.blob is None:
+                data = {"rows": block.rows, "labels": block.labels}
+                block.blob = pack_block(state_codec.dumps(self.BLOCK_KIND, data))
+            out[block.seq] = block.blob
+        return out
+
+    @classmethod
+    def from_blocks(
+        cls, refs: list[tuple[int, int]], blobs: Mapping[int, bytes], next_seq: int
+    ) -> PendingLabels:
+        """The labels `refs` and `block_blobs` describe; `StateRefused` if a block is
+        missing or not ours."""
+        pending = cls()
+        for seq, skip in refs:
+            blob = blobs.get(seq)
+            if blob is None:
+                raise state_codec.StateRefused(f"waiting-labels block {seq} is missing")
+            data = state_codec.loads(unpack_block(blob), cls.BLOCK_KIND)
+            labels = np.asarray(data["labels"], np.float64).reshape(-1, 5)
+            rows = np.asarray(data["rows"], np.float32)
+            if len(rows) != len(labels) or not 0 <= skip < len(labels):
+                raise state_codec.StateRefused(f"waiting-labels block {seq} is damaged")
+            rows.flags.writeable = labels.flags.writeable = False
+            block = _Block(seq, rows, labels, skip)
+            block.blob = bytes(blob)
+            pending._blocks.append(block)
+            pending._count += len(labels) - skip
+        pending.next_seq = next_seq
+        return pending
 
     def __deepcopy__(self, memo: dict) -> PendingLabels:
         new = PendingLabels()
-        new._rows, new._labels, new._count = list(self._rows), list(self._labels), self._count
+        new._blocks = [b.copy() for b in self._blocks]
+        new._count, new.next_seq = self._count, self.next_seq
         return new
+
+
+@dataclass(frozen=True)
+class StoredState:
+    """An `EnsembleState` as a store keeps it: the state without its waiting labels
+    (``head``) and each block of those (``blocks``, by number, as `PendingLabels.block_blobs`
+    gives them). A store writes a block once, when it first appears, and drops it when the
+    head no longer names it, rather than every waiting row with every batch."""
+
+    head: bytes
+    blocks: dict[int, bytes]
 
 
 @dataclass
@@ -148,10 +262,61 @@ class EnsembleState:
     STATE_KIND = "ensemble-state"
 
     def to_bytes(self) -> bytes:
-        """This state as data (`online.state_codec`): no pickle, so a blob read back from a
-        store that others can write cannot run code."""
+        """This state as data (`online.state_codec`), its waiting labels included: no pickle,
+        so a blob read back from a store that others can write cannot run code."""
         rows, labels = self.pending.all()
-        data = {
+        data = self._data()
+        data["pending_rows"] = rows
+        # (n, 5) float64: exact for the counts, days and times, and 0 / 1 for the flag
+        data["pending_labels"] = labels
+        return state_codec.dumps(self.STATE_KIND, data)
+
+    def to_parts(self) -> StoredState:
+        """This state as a store keeps it (`StoredState`): the head names the waiting
+        labels' blocks, each block encoded once for all the batches it waits."""
+        data = self._data()
+        data["pending_blocks"] = [list(ref) for ref in self.pending.refs()]
+        data["next_block"] = self.pending.next_seq
+        return StoredState(state_codec.dumps(self.STATE_KIND, data), self.pending.block_blobs())
+
+    @classmethod
+    def from_bytes(cls, blob: bytes) -> EnsembleState:
+        """The state `to_bytes` wrote; `StateRefused` for anything else (a pickle included)."""
+        return cls.from_parts(blob, {})
+
+    @classmethod
+    def block_refs(cls, head: bytes) -> list[int]:
+        """The numbers of the blocks a head (`to_parts`) names, none for a whole blob
+        (`to_bytes`); `StateRefused` for a blob that is not a state."""
+        d = state_codec.loads(head, cls.STATE_KIND)
+        try:
+            return [int(seq) for seq, _ in d.get("pending_blocks", [])]
+        except (TypeError, ValueError, AttributeError) as exc:
+            raise state_codec.StateRefused(f"bad {cls.STATE_KIND} blob: {exc!r}") from None
+
+    @classmethod
+    def from_parts(cls, head: bytes, blocks: Mapping[int, bytes]) -> EnsembleState:
+        """The state of a head and its blocks (`to_parts`), or of a whole blob
+        (`to_bytes`); `StateRefused` for anything else, or when a block is missing."""
+        d = state_codec.loads(head, cls.STATE_KIND)
+        try:
+            if "pending_blocks" in d:
+                refs = [(int(seq), int(skip)) for seq, skip in d["pending_blocks"]]
+                pending = PendingLabels.from_blocks(refs, blocks, int(d["next_block"]))
+            else:
+                pending = PendingLabels()
+                labels = np.asarray(d["pending_labels"], np.float64).reshape(-1, 5)
+                if len(labels):
+                    pending.add(np.asarray(d["pending_rows"], np.float32), labels)
+            return cls._from_data(d, pending)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            if isinstance(exc, state_codec.StateRefused):
+                raise
+            raise state_codec.StateRefused(f"bad {cls.STATE_KIND} blob: {exc!r}") from None
+
+    def _data(self) -> dict[str, Any]:
+        """Everything but the waiting labels, as data."""
+        return {
             "hedge": self.hedge.state(),
             "site": self.site.state(),
             "calibration": self.calibration.state(),
@@ -161,9 +326,6 @@ class EnsembleState:
             "last_epoch": self.last_epoch,
             "first_seen": self.first_seen,
             "epochs": self.epochs,
-            "pending_rows": rows,
-            # (n, 5) float64: exact for the counts, days and times, and 0 / 1 for the flag
-            "pending_labels": labels,
             "measured": self.measured,
             "lift_thresholds": self.lift_thresholds,
             "lift_histograms": self.lift_histograms,
@@ -172,44 +334,32 @@ class EnsembleState:
             "choice": self.choice,
             "choices": [list(c) for c in self.choices],
         }
-        return state_codec.dumps(self.STATE_KIND, data)
 
     @classmethod
-    def from_bytes(cls, blob: bytes) -> EnsembleState:
-        """The state `to_bytes` wrote; `StateRefused` for anything else (a pickle included)."""
-        d = state_codec.loads(blob, cls.STATE_KIND)
-        try:
-            pending = PendingLabels()
-            labels = np.asarray(d["pending_labels"], np.float64).reshape(-1, 5)
-            if len(labels):
-                pending.add(np.asarray(d["pending_rows"], np.float32), labels)
-            return cls(
-                hedge=AdaHedge.from_state(d["hedge"]),
-                site=SiteStats.from_state(d["site"]),
-                calibration=AnyLinkCalibration.from_state(d["calibration"]),
-                credibility=[Credibility.from_state(c) for c in d["credibility"]],
-                learner=None if d["learner"] is None else LinkLearner.from_data(d["learner"]),
-                feature_names=None if d["feature_names"] is None else list(d["feature_names"]),
-                last_epoch=_opt_float(d["last_epoch"]),
-                first_seen=_opt_float(d["first_seen"]),
-                epochs=int(d["epochs"]),
-                pending=pending,
-                measured={k: [float(v) for v in vs] for k, vs in d["measured"].items()},
-                lift_thresholds={k: float(v) for k, v in d["lift_thresholds"].items()},
-                lift_histograms={
-                    k: np.asarray(v, np.int64) for k, v in d["lift_histograms"].items()
-                },
-                scored=[int(v) for v in d["scored"]],
-                interval_days=_opt_float(d["interval_days"]),
-                choice=str(d["choice"]),
-                choices=[(int(e), str(c)) for e, c in d["choices"]],
-            )
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise state_codec.StateRefused(f"bad {cls.STATE_KIND} blob: {exc!r}") from None
+    def _from_data(cls, d: dict[str, Any], pending: PendingLabels) -> EnsembleState:
+        return cls(
+            hedge=AdaHedge.from_state(d["hedge"]),
+            site=SiteStats.from_state(d["site"]),
+            calibration=AnyLinkCalibration.from_state(d["calibration"]),
+            credibility=[Credibility.from_state(c) for c in d["credibility"]],
+            learner=None if d["learner"] is None else LinkLearner.from_data(d["learner"]),
+            feature_names=None if d["feature_names"] is None else list(d["feature_names"]),
+            last_epoch=_opt_float(d["last_epoch"]),
+            first_seen=_opt_float(d["first_seen"]),
+            epochs=int(d["epochs"]),
+            pending=pending,
+            measured={k: [float(v) for v in vs] for k, vs in d["measured"].items()},
+            lift_thresholds={k: float(v) for k, v in d["lift_thresholds"].items()},
+            lift_histograms={k: np.asarray(v, np.int64) for k, v in d["lift_histograms"].items()},
+            scored=[int(v) for v in d["scored"]],
+            interval_days=_opt_float(d["interval_days"]),
+            choice=str(d["choice"]),
+            choices=[(int(e), str(c)) for e, c in d["choices"]],
+        )
 
 
 def _opt_float(value: Any) -> float | None:
     return None if value is None else float(value)
 
 
-__all__ = ["EnsembleState"]
+__all__ = ["EnsembleState", "PendingLabels", "StoredState"]

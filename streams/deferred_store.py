@@ -11,12 +11,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from online.ensemble_state import EnsembleState
+from online.ensemble_state import EnsembleState, StoredState
 from online.history import PageState
 from online.related_updates import SiblingFollow, SiblingGroup
 from online.schedule import Allocation
 from online.stores import Neighbours, PageWrites, merge_records, sibling_group
-from streams.redis_store import RedisPageStore, learner_bytes
+from streams.redis_store import RedisPageStore, learner_parts
 
 
 class DeferredStore:
@@ -106,7 +106,9 @@ class DeferredStore:
         for layer in self._layers():
             if layer.learner is not None:
                 learner = layer.learner
-                return EnsembleState.from_bytes(learner) if isinstance(learner, bytes) else learner
+                if isinstance(learner, StoredState):
+                    return EnsembleState.from_parts(learner.head, learner.blocks)
+                return learner
         return self.store.get_learner()
 
     def get_allocation(self) -> Allocation | None:
@@ -123,8 +125,8 @@ class DeferredStore:
         """The pending writes as a layer of their own; the learner encoded now (as data, see
         `online.state_codec`), as it stands (the next batch goes on changing it)."""
         layer, self.pending = self.pending, self._empty()
-        if layer.learner is not None and not isinstance(layer.learner, bytes):
-            layer.learner = learner_bytes(layer.learner)
+        if layer.learner is not None:
+            layer.learner = learner_parts(layer.learner)
         self.sealed.append(layer)
         return layer
 

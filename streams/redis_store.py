@@ -21,7 +21,13 @@ Keys (``prefix`` first, e.g. ``lookaround:``; ``{T}`` is a hash tag, see below):
 * ``{prefix}{T}gg:{sibling_key}``: the group's latest gain (`online.related_updates.GroupGain`),
   written where a fetch showed new links;
 * ``{prefix}{T}learner:{worker_id}``: this worker's learned scorer state, as data
-  (`online.state_codec`: never pickle, so a blob written by anyone else cannot run code here);
+  (`online.state_codec`: never pickle, so a blob written by anyone else cannot run code here),
+  without the labels waiting for its next epoch: it names their blocks;
+* ``{prefix}{T}learner:{worker_id}:b:{n}``: block ``n`` of those labels (one a batch,
+  `online.ensemble_state.PendingLabels`): written once, before the first state that names it,
+  and deleted after the first state that no longer does (the blocks a worker that died in
+  between left are deleted when it reads its state again). Most of the learner's bytes are
+  these rows, so a batch writes its own block, not every waiting row;
 * ``{prefix}{T}allocation:{worker_id}``: this worker's budget schedule state (with a budget);
 * ``{prefix}{T}follow:{worker_id}``: what this worker saw siblings show after a gain
   (`online.related_updates.SiblingFollow`);
@@ -109,7 +115,7 @@ from redis.exceptions import (
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from online.ensemble_state import EnsembleState
+from online.ensemble_state import EnsembleState, StoredState
 from online.features import LOOKAROUND_WIDE, N_STATS, STATS_WIDE
 from online.history import PageState, from_bytes, to_bytes
 from online.links import url_id
@@ -244,6 +250,8 @@ class RedisPageStore:
         self.follow_key = f"{head}follow:{worker_id}"
         self.journal_key = f"{head}journal:{worker_id}"
         self._worker_tag = worker_tag
+        #: the learner's waiting-label blocks stored now (`block_key`), as last read or written
+        self._blocks_stored: set[int] = set()
         self._scripts = {
             name: (source, hashlib.sha1(source.encode()).hexdigest())
             for name, source in (("write", WRITE_LUA), ("read", READ_LUA))
@@ -406,17 +414,53 @@ class RedisPageStore:
         return SiblingFollow.from_bytes(blob) if blob else None
 
     def get_learner(self) -> EnsembleState | None:
-        """This worker's stored scorer state, or None. A blob that is not a state written as
-        data (a pickle, another format, a damaged write) raises `StateRefused` and is copied
-        to ``{learner_key}:refused`` for inspection; it is never unpickled."""
-        blob = self._get(self.learner_key)
-        if not blob:
+        """This worker's stored scorer state, or None. A state that is not written as data
+        (a pickle, another format, a damaged write, a block missing) raises `StateRefused`
+        and its head is copied to ``{learner_key}:refused`` for inspection; it is never
+        unpickled. Blocks a write dropped from the state but had no time to delete (the
+        worker died between the two) are deleted now."""
+        head = self._get(self.learner_key)
+        if not head:
+            self._blocks_stored = set()
             return None
         try:
-            return EnsembleState.from_bytes(blob)
+            seqs = EnsembleState.block_refs(head)
+            found = self._worker_keys("mget", [self.block_key(seq) for seq in seqs]) if seqs else []
+            blocks = {seq: blob for seq, blob in zip(seqs, found, strict=True) if blob}
+            state = EnsembleState.from_parts(head, blocks)
         except StateRefused:
-            self._guard(lambda: self.client.set(f"{self.learner_key}:refused", blob))
+            self._guard(lambda: self.client.set(f"{self.learner_key}:refused", head))
             raise
+        self._blocks_stored = set(seqs)
+        self._drop_blocks_before(min(seqs, default=state.pending.next_seq))
+        return state
+
+    def block_key(self, seq: int) -> str:
+        """The key of the learner's waiting-label block ``seq`` (on the learner's slot)."""
+        return f"{self.learner_key}:b:{seq}"
+
+    def _worker_keys(self, command: str, *args: Any) -> Any:
+        """A command on keys of the worker's slot (its master's, on a cluster)."""
+        client: Any = self.client
+        if self.cluster:
+            client = self._node_client(self._primary_of_slot(self._slots[self._worker_tag]).name)
+        return self._guard(lambda: getattr(client, command)(*args))
+
+    def _drop_blocks_before(self, seq: int) -> None:
+        """Delete the blocks just below ``seq`` that are left: a write's state no longer
+        names them but the worker died before it deleted them (blocks are taken oldest
+        first and deleted together, so those left are the run right below)."""
+        left: list[str] = []
+        while seq > 0:
+            keys = [self.block_key(s) for s in range(seq - 1, max(seq - 65, -1), -1)]
+            there = self._worker_keys("mget", keys)
+            run = next((at for at, blob in enumerate(there) if blob is None), len(keys))
+            left += keys[:run]
+            if run < len(keys):
+                break
+            seq -= len(keys)
+        if left:
+            self._worker_keys("unlink", *left)
 
     def get_allocation(self) -> Allocation | None:
         blob = self._get(self.allocation_key)
@@ -454,11 +498,14 @@ class RedisPageStore:
         cluster one per slot in three phases (see the module docstring). With
         ``wait_replicas``, returns once the replicas have it."""
         pages = self._page_args(writes)
-        learner = writes.learner
-        if learner is None:
-            learner = b""
-        elif not isinstance(learner, bytes):  # bytes: encoded already (a sealed layer)
-            learner = learner_bytes(learner)
+        learner, stored = b"", None
+        if writes.learner is not None:  # a StoredState already where a layer was sealed
+            stored = learner_parts(writes.learner)
+            learner = stored.head
+            # A block is written once, before the first state that names it.
+            new = {k: v for k, v in stored.blocks.items() if k not in self._blocks_stored}
+            if new:
+                self._worker_keys("mset", {self.block_key(k): v for k, v in new.items()})
         allocation = b"" if writes.allocation is None else writes.allocation.to_bytes()
         follow = b"" if writes.follow is None else writes.follow.to_bytes()
         worker = [learner, allocation, follow]
@@ -476,8 +523,18 @@ class RedisPageStore:
             written, skipped = self._run_one(None, [call], ack)[0]
             self.written += int(written)
             self.skipped += int(skipped)
-            return
-        self._write_cluster(worker, group_args, gain_args, pages)
+        else:
+            self._write_cluster(worker, group_args, gain_args, pages)
+        if stored is not None:
+            self._drop_blocks(set(stored.blocks))
+
+    def _drop_blocks(self, named: set[int]) -> None:
+        """After a state naming the blocks ``named`` is written: the blocks no longer named
+        are deleted (in one command: all or none, see `_drop_blocks_before`)."""
+        gone = self._blocks_stored - named
+        if gone:
+            self._worker_keys("unlink", *(self.block_key(k) for k in sorted(gone)))
+        self._blocks_stored = named
 
     def _write_call(
         self,
@@ -782,13 +839,21 @@ _STATS_MOST = 1 + 4 * N_STATS
 _LOOKAROUND = len(LOOKAROUND_WIDE)
 
 
-def learner_bytes(state: object) -> bytes:
-    """A scorer state as stored: its own data encoding (`EnsembleState.to_bytes`), never a
-    pickle; a state without one cannot be stored."""
-    to_bytes_ = getattr(state, "to_bytes", None)
-    if to_bytes_ is None:
-        raise TypeError(f"a {type(state).__name__} cannot be stored as data (no to_bytes)")
-    return bytes(to_bytes_())
+def learner_parts(state: object) -> StoredState:
+    """A scorer state as stored (`EnsembleState.to_parts`: its own data encoding, never a
+    pickle; bytes: a whole state, `EnsembleState.to_bytes`); a state without one cannot be
+    stored."""
+    if isinstance(state, StoredState):
+        return state
+    if isinstance(state, bytes):
+        return StoredState(state, {})
+    to_parts = getattr(state, "to_parts", None)
+    if to_parts is None:
+        raise TypeError(f"a {type(state).__name__} cannot be stored as data (no to_parts)")
+    parts = to_parts()
+    if not isinstance(parts, StoredState):
+        raise TypeError(f"{type(state).__name__}.to_parts gave a {type(parts).__name__}")
+    return parts
 
 
 def replicas_to_wait(client: Client) -> int:

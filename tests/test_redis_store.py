@@ -19,6 +19,7 @@ from online.history import PageState, states_equal
 from online.links import url_id
 from online.related_updates import GroupGain, SiblingFollow
 from online.scorers import DEFAULT_SCORER
+from online.state_codec import MAGIC, StateRefused
 from online.stores import MemoryPageStore, Neighbours, PageWrites, to_half
 from streams.redis_store import (
     RECORD_VERSION,
@@ -491,3 +492,56 @@ def test_operator_scans_cover_every_master(backend):
         assert store.keys() == [] and store.get_states(list(states)) == [None] * 300
     finally:
         store.delete_all()
+
+
+def _waiting(blocks: int) -> EnsembleState:
+    """A learner state with ``blocks`` blocks of two waiting labels each."""
+    state = EnsembleState(AdaHedge(2))
+    for b in range(blocks):
+        rows = np.full((2, 3), float(b), dtype=np.float32)
+        state.pending.add(rows, np.array([[1, 0, 7, 1, 10.0 * b], [0, 0, 7, 0, 10.0 * b + 1]]))
+    return state
+
+
+def _blocks_in(store, backend) -> set[int]:
+    return {int(k.rsplit(b":", 1)[1]) for k in store._scan(f"{store.learner_key}:b:*")}
+
+
+def test_the_learners_waiting_labels_are_stored_a_block_once(store, backend):
+    """Each block of waiting labels is written once, when a state first names it, and
+    deleted when the state no longer names it; the learner read back is the one written."""
+    state = _waiting(3)
+    store.write(PageWrites(states={}, stats={}, neighbours={}, learner=state))
+    assert _blocks_in(store, backend) == {0, 1, 2}
+    marker = b"not written again"
+    store._worker_keys("set", store.block_key(0), marker)
+    store.write(PageWrites(states={}, stats={}, neighbours={}, learner=state))
+    assert store._worker_keys("get", store.block_key(0)) == marker  # not written again
+    store._worker_keys("set", store.block_key(0), state.pending.block_blobs()[0])
+    state.pending.take(3)  # block 0 and the first row of block 1
+    state.pending.add(np.ones((1, 3)), np.array([[2, 1, 7, 1, 50.0]]))
+    store.write(PageWrites(states={}, stats={}, neighbours={}, learner=state))
+    assert _blocks_in(store, backend) == {1, 2, 3}
+    back = backend.store(store.prefix, worker_id="w1").get_learner()
+    assert back.to_bytes() == state.to_bytes()
+    assert back.pending.refs() == [(1, 1), (2, 0), (3, 0)]
+
+
+def test_blocks_a_dead_worker_left_are_deleted_and_a_missing_one_refused(store, backend):
+    state = _waiting(4)
+    store.write(PageWrites(states={}, stats={}, neighbours={}, learner=state))
+    state.pending.take(4)  # blocks 0 and 1
+    blobs = state.pending.block_blobs()
+    store.write(PageWrites(states={}, stats={}, neighbours={}, learner=state))
+    assert _blocks_in(store, backend) == {2, 3}
+    # died after writing the state, before deleting what it no longer names
+    store._worker_keys("mset", {store.block_key(0): b"old", store.block_key(1): b"old"})
+    again = backend.store(store.prefix, worker_id="w1")
+    assert again.get_learner().to_bytes() == state.to_bytes()
+    assert _blocks_in(store, backend) == {2, 3}
+    # a block the state names is gone: refused (the worker starts a fresh learner)
+    store._worker_keys("unlink", store.block_key(3))
+    with pytest.raises(StateRefused, match="block 3 is missing"):
+        backend.store(store.prefix, worker_id="w1").get_learner()
+    assert store._worker_keys("get", f"{store.learner_key}:refused").startswith(MAGIC)
+    assert blobs[2] == store._worker_keys("get", store.block_key(2))

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from online import ensemble_state
 from online.ensemble_state import EnsembleState
 from online.index import FaissIndex
 from online.learners import LinkLearner
@@ -61,9 +62,14 @@ def test_state_round_trips_through_redis_and_scores_as_without_a_restart(store, 
     got = _feed(first, events[:half])
     saved = first.scorer.state()
     assert saved.learner is not None and saved.learner.n_learned > 0, "nothing learned to save"
-    blob = redis_client.get(store.learner_key)
-    assert blob.startswith(MAGIC)
-    assert EnsembleState.from_bytes(blob).to_bytes() == blob  # data in, the same data out
+    head = redis_client.get(store.learner_key)
+    assert head.startswith(MAGIC)
+    # the waiting labels are in blocks of their own, each stored once: those the head names
+    named = EnsembleState.block_refs(head)
+    assert named and len(saved.pending) > 0
+    blocks = {int(k.rsplit(b":", 1)[1]) for k in redis_client.keys(f"{store.learner_key}:b:*")}
+    assert blocks == set(named)
+    assert store.get_learner().to_bytes() == saved.to_bytes()  # data in, the same data out
     second = _pipeline(store, index)  # a restarted worker: the state comes from Redis
     assert second.counters.learner_refused == 0
     assert second.scorer.state().to_bytes() == saved.to_bytes()
@@ -141,3 +147,17 @@ def test_object_arrays_are_refused_both_ways() -> None:
         loads(_blob(b'{"format":1,"kind":"x","data":{"$nd":["<f8",[2],0]}}', b"\0" * 8), "x")
     with pytest.raises(StateRefused, match="damaged array"):
         loads(_blob(b'{"format":1,"kind":"x","data":{"$nd":["<f8",[-1],0]}}', b"\0" * 8), "x")
+
+
+def test_a_stored_block_damaged_or_inflating_too_far_is_refused(monkeypatch) -> None:
+    """The waiting labels' blocks are stored deflated: one that is cut short, not ours, or
+    that would inflate past the bound (a zip bomb) is refused, never inflated whole."""
+    blob = ensemble_state.pack_block(b"x" * 5000)
+    assert len(blob) < 200 and ensemble_state.unpack_block(blob) == b"x" * 5000
+    with pytest.raises(StateRefused, match="damaged"):
+        ensemble_state.unpack_block(blob[:-5])
+    with pytest.raises(StateRefused, match="not a stored block"):
+        ensemble_state.unpack_block(b"\x80\x05\x95 a pickle")
+    monkeypatch.setattr(ensemble_state, "MAX_BLOCK_BYTES", 1000)
+    with pytest.raises(StateRefused, match="over 1000 bytes"):
+        ensemble_state.unpack_block(blob)
