@@ -117,6 +117,7 @@ def main() -> None:
                     "pages",
                     "indexed_pages",
                     "neighbour_searches",
+                    "neighbour_searches_widened",
                     "seconds",
                 )
             }

@@ -112,6 +112,8 @@ class Search:
     #: the search width no row can need more than: k + margin, the row's own page and every
     #: indexed page the batch moves
     widest: int = 0
+    #: rows searched again that wide (they lost more than the slack to pages moved before them)
+    widened: int = 0
     parts: list[tuple[Future, int, int]] = field(default_factory=list)
 
     def found(self, index: VectorIndex) -> np.ndarray:
@@ -311,6 +313,7 @@ def _first_candidates(
     if not found.shape[1] or search.widest <= found.shape[1]:
         return out, out >= 0
     again = np.flatnonzero((ok.sum(axis=1) < width) & (found[:, -1] >= 0))
+    search.widened = len(again)
     if len(again):
         rows = search.asks[again]
         wide = index.search(search.queries[rows], search.widest, search.ids[rows])[1]

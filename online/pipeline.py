@@ -125,6 +125,8 @@ class PipelineCounters:
     duplicate: int = 0
     stale: int = 0
     searches: int = 0
+    #: searches done again as wide as the batch could need (`online.neighbour_search`)
+    searches_widened: int = 0
     embedded_from_text: int = 0
     #: events whose processing raised (isolated, reported to the caller as failed)
     failed: int = 0
@@ -371,6 +373,7 @@ class PagePipeline:
         """The searched events' neighbours (by the plan's id()), counted."""
         found = self._batch_index.finish_search(search)
         self.counters.searches += len(found)
+        self.counters.searches_widened += search.widened
         return found
 
     def _embed_text(self, event: Fetch) -> np.ndarray | None:

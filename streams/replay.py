@@ -61,6 +61,8 @@ class ReplaySummary:
     pages: int = 0
     indexed_pages: int = 0
     neighbour_searches: int = 0
+    #: of those, searched again wider (see `online.neighbour_search`)
+    neighbour_searches_widened: int = 0
     embedded_from_text: int = 0
     feature_rows: int = 0
     labelled_rows: int = 0
@@ -188,6 +190,7 @@ def replay(
     summary.duplicate = counters.duplicate
     summary.stale = counters.stale
     summary.neighbour_searches = counters.searches
+    summary.neighbour_searches_widened = counters.searches_widened
     summary.embedded_from_text = counters.embedded_from_text
     summary.nonfinite_scores = counters.nonfinite_scores
     summary.learner_steps_skipped = learner_steps_skipped(pipeline)

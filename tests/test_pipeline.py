@@ -265,6 +265,7 @@ def test_a_page_whose_nearest_pages_the_batch_moved_away_finds_the_next_ones() -
     alone, one = run(moved, 1, config=config)
     together, other = run(moved, 40, config=config)  # a batch a round
     assert comparable(other) == comparable(one)
+    assert together.counters.searches_widened == 1 and alone.counters.searches_widened == 0
     page = prepare(moved[-1]).page_id
     found = together.store.get_neighbours([page])[0]
     assert found is not None and len(found.ids) == 5
