@@ -5,9 +5,9 @@ drift a little at every fetch (``--embedding-drift``, as real pages' do) at ``--
 ``--pages`` pages, and a text-only crawl at ``--pages`` (embedded by the hashing embedder),
 replays each with ``lookaround replay`` (the default scorer) in a child process, and prints
 per run: events/s, the peak resident memory of the replay's processes together (the pipeline,
-its events reader and its outputs writer; sampled from /proc every half second) and that peak
-per page. Floors: peak memory at most 4 GB, and events/s at ``--pages`` at least 0.8 x at
-``--small``.
+its outputs writer and its events reader; sampled from /proc every half second), that peak
+per page, and each process's own peak (the pipeline's first). Floors: peak memory at most
+4 GB, and events/s at ``--pages`` at least 0.8 x at ``--small``.
 
     python bench/replay_scale.py                          # 100,000 and 1,000,000 pages x 5
     python bench/replay_scale.py --pages 300000 --no-text
@@ -29,6 +29,8 @@ from batch.generate import GeneratorConfig, write_events
 PEAK_FLOOR_BYTES = 4 * 1024**3
 RATIO_FLOOR = 0.8
 _PAGE = os.sysconf("SC_PAGE_SIZE")
+#: smaller than this, a helper is multiprocessing's resource tracker: left out of the list
+_TRACKER = 32 * 1024**2
 
 
 @dataclass
@@ -38,21 +40,24 @@ class Run:
     events: int
     seconds: float
     peak_bytes: int
+    #: each process's own peak: the pipeline's first, then its helpers' in the order started
+    process_peaks: list[int]
 
     @property
     def rate(self) -> float:
         return self.events / self.seconds
 
     def line(self) -> str:
+        each = ", ".join(f"{p / 1024**2:,.0f}" for p in self.process_peaks)
         return (
             f"{self.name:28s} {self.events:>10,} events {self.rate:>8,.0f} events/s  "
             f"peak {self.peak_bytes / 1024**3:5.2f} GB  "
-            f"{self.peak_bytes / self.pages:>6,.0f} B/page"
+            f"{self.peak_bytes / self.pages:>6,.0f} B/page  (MB a process: {each})"
         )
 
 
-def tree_rss(pid: int) -> int:
-    """Resident bytes of a process and all its descendants."""
+def tree_rss(pid: int) -> dict[int, int]:
+    """Resident bytes of a process and of each of its descendants, by pid."""
     children: dict[int, list[int]] = {}
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
@@ -63,35 +68,53 @@ def tree_rss(pid: int) -> int:
         except (OSError, IndexError, ValueError):
             continue
         children.setdefault(parent, []).append(int(entry.name))
-    total, todo = 0, [pid]
+    out, todo = {}, [pid]
     while todo:
         current = todo.pop()
         try:
             with open(f"/proc/{current}/statm") as fh:
-                total += int(fh.read().split()[1]) * _PAGE
+                out[current] = int(fh.read().split()[1]) * _PAGE
         except OSError:
             continue
         todo.extend(children.get(current, []))
-    return total
+    return out
+
+
+def lookaround_command() -> list[str]:
+    """The ``lookaround`` command as a user runs it: the installed console script beside this
+    Python (its entry point, `streams.entry`, keeps the replay's helper processes from loading
+    the whole CLI), else the same entry point through ``-c``. Not ``-m streams.cli``: each
+    helper would import that module again, the whole CLI, about 250 MB a helper."""
+    script = Path(sys.executable).with_name("lookaround")
+    if script.exists():
+        return [str(script)]
+    entry = "import sys; from streams.entry import app; sys.argv[0] = 'lookaround'; app()"
+    return [sys.executable, "-c", entry]
 
 
 def replay(events: Path, out: Path, name: str, pages: int) -> Run:
     """``lookaround replay`` in a child process, its memory sampled as it runs."""
     started = time.perf_counter()
     child = subprocess.Popen(
-        [sys.executable, "-m", "streams.cli", "replay", str(events), "--out", str(out)],
+        [*lookaround_command(), "replay", str(events), "--out", str(out)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
     peak = 0
+    peaks: dict[int, int] = {}
     while child.poll() is None:
-        peak = max(peak, tree_rss(child.pid))
+        sizes = tree_rss(child.pid)
+        peak = max(peak, sum(sizes.values()))
+        for process, size in sizes.items():
+            peaks[process] = max(peaks.get(process, 0), size)
         time.sleep(0.5)
     if child.returncode:
         raise SystemExit(f"the replay of {events} failed (exit {child.returncode})")
     summary = json.loads((out / "summary.json").read_text())
     seconds = float(summary.get("seconds") or (time.perf_counter() - started))
-    return Run(name, pages, int(summary["events_read"]), seconds, peak)
+    helpers = sorted(p for p in peaks if p != child.pid)  # pids rise in start order
+    each = [peaks.get(child.pid, 0)] + [peaks[p] for p in helpers if peaks[p] > _TRACKER]
+    return Run(name, pages, int(summary["events_read"]), seconds, peak, each)
 
 
 def crawl(work: Path, pages: int, crawls: int, drift: float, content: str) -> Path:

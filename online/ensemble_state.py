@@ -63,17 +63,32 @@ def unpack_block(stored: bytes) -> bytes:
 
 class _Block:
     """One batch's waiting rows and labels, read-only, with how many of them were taken from
-    its front (``skip``); ``blob`` caches its encoding (`PendingLabels.block_blob`)."""
+    its front (``skip``); ``blob`` caches its encoding (`PendingLabels.block_blob`).
 
-    __slots__ = ("blob", "labels", "rows", "seq", "skip")
+    The rows are kept deflated (zlib, level 1) and inflated when read: a site's whole round
+    waits for its epoch, and at a million pages the float32 rows would be over 300 MB; they
+    are read once, when the epoch takes them. The labels stay as they are (`first` and
+    `count_before` read them every batch)."""
+
+    __slots__ = ("_deflated", "_shape", "blob", "labels", "seq", "skip")
 
     def __init__(self, seq: int, rows: np.ndarray, labels: np.ndarray, skip: int = 0) -> None:
-        self.seq, self.rows, self.labels, self.skip = seq, rows, labels, skip
+        self.seq, self.labels, self.skip = seq, labels, skip
+        self._shape = rows.shape
+        self._deflated = zlib.compress(np.ascontiguousarray(rows, np.float32).tobytes(), 1)
         self.blob: bytes | None = None
 
+    @property
+    def rows(self) -> np.ndarray:
+        """The rows (float32, read-only), inflated."""
+        rows = np.frombuffer(zlib.decompress(self._deflated), np.float32).reshape(self._shape)
+        rows.flags.writeable = False
+        return rows
+
     def copy(self) -> _Block:
-        block = _Block(self.seq, self.rows, self.labels, self.skip)
-        block.blob = self.blob
+        block = _Block.__new__(_Block)
+        block.seq, block.labels, block.skip = self.seq, self.labels, self.skip
+        block._shape, block._deflated, block.blob = self._shape, self._deflated, self.blob
         return block
 
 
@@ -116,11 +131,11 @@ class PendingLabels:
         """Append rows (n, F) and their labels (n, 5); nothing for n = 0."""
         if not len(labels):
             return
-        rows = np.array(rows, dtype=np.float32)  # a copy of its own: it is made read-only
+        rows = np.asarray(rows, dtype=np.float32)  # the block keeps them deflated, a copy
         labels = np.array(labels, dtype=np.float64).reshape(-1, 5)
         if len(rows) != len(labels):
             raise ValueError(f"{len(rows)} pending rows for {len(labels)} labels")
-        rows.flags.writeable = labels.flags.writeable = False
+        labels.flags.writeable = False
         self._blocks.append(_Block(self.next_seq, rows, labels))
         self.next_seq += 1
         self._count += len(labels)
@@ -199,7 +214,7 @@ class PendingLabels:
             rows = np.asarray(data["rows"], np.float32)
             if len(rows) != len(labels) or not 0 <= skip < len(labels):
                 raise state_codec.StateRefused(f"waiting-labels block {seq} is damaged")
-            rows.flags.writeable = labels.flags.writeable = False
+            labels.flags.writeable = False
             block = _Block(seq, rows, labels, skip)
             block.blob = bytes(blob)
             pending._blocks.append(block)

@@ -526,8 +526,8 @@ class FaissIndex:
                     self._used += 1
                 row_of[page] = row
             rows[at] = row
-        if self._used > len(self._vectors):  # grow by doubling
-            size = max(2 * len(self._vectors), self._used, 1024)
+        if self._used > len(self._vectors):  # by a quarter: the slack is memory at the peak
+            size = max(len(self._vectors) + len(self._vectors) // 4, self._used, 1024)
             grown = np.empty((size, self.dim), dtype=self._vectors.dtype)
             grown[: len(self._vectors)] = self._vectors
             self._vectors = grown

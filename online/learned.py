@@ -58,6 +58,7 @@ from online.candidates import (
     Priors,
     candidate_rates,
     evidence,
+    joined_evidence,
     prior_rates,
 )
 from online.ensemble_state import EnsembleState
@@ -72,6 +73,8 @@ from online.scoring import Scores, _MatrixScorer
 
 ModelSource = Callable[[], Any]
 _DAY = 86_400.0
+#: rows an epoch works out at a time (`_epoch_rates`)
+EPOCH_CHUNK = 16_384
 #: The typical interval assumed until the stream shows another (a weekly crawl).
 DEFAULT_INTERVAL_DAYS = 7.0
 #: Labels the typical interval must be measured on before it is taken up (the first few labels
@@ -231,13 +234,12 @@ class EnsembleScorer(_MatrixScorer):
         """Learn every pending label observed before ``now``."""
         state = self.learned
         waiting, labels = state.pending.take(state.pending.count_before(now))
-        rows = waiting.astype(np.float64)
         info = labels[:, :4]
         counts, days, changed = info[:, :2], info[:, 2], info[:, 3] > 0
-        ev = evidence(rows, columns)
-        rates = self._candidate_rates(rows, columns, ev)[:, self._uses]
+        ev, rates = self._epoch_rates(waiting, columns)
         self._measure(rates, counts, days, ev)
-        state.hedge.learn(hedge_rounds(deviance(counts, rates, days)))
+        losses = [deviance(counts[at], rates[at], days[at]) for at in _chunks(len(rates))]
+        state.hedge.learn(hedge_rounds(np.concatenate(losses)))
         self._learn_credibility(ev, counts, days)
         state.site.learn(counts, days, changed)
         measured = state.site.typical_interval_days()
@@ -245,9 +247,9 @@ class EnsembleScorer(_MatrixScorer):
         away = not 1 / _INTERVAL_TOLERANCE <= ratio <= _INTERVAL_TOLERANCE
         if away and state.site.labels >= _INTERVAL_MIN_LABELS:
             state.interval_days = measured
-        self._learn_online(rows, counts, days)
+        self._learn_online(waiting, counts, days)
         if self.refresher is not None:
-            self.refresher.add(rows.astype(np.float32), counts, days)
+            self.refresher.add(waiting, counts, days)
             self.refresher.at_epoch(state.feature_names or [])
         state.lift_thresholds.update(
             lift_thresholds(state.lift_histograms, state.scored, self.budget_share)
@@ -260,6 +262,20 @@ class EnsembleScorer(_MatrixScorer):
         if choice != state.choice or not state.choices:
             state.choices.append((state.epochs, choice))
         state.choice = choice
+
+    def _epoch_rates(
+        self, waiting: np.ndarray, columns: Mapping[str, int]
+    ) -> tuple[Evidence, np.ndarray]:
+        """The evidence and the used candidates' rates of an epoch's rows (float32), worked
+        out ``EPOCH_CHUNK`` rows at a time: an epoch holds about one label a page, and the
+        float64 copies of a million rows and their model inputs would take gigabytes at once.
+        Every step is row by row, so the chunks give the bits the whole would."""
+        parts = []
+        for at in _chunks(len(waiting)):
+            rows = waiting[at].astype(np.float64)
+            ev = evidence(rows, columns)
+            parts.append((ev, self._candidate_rates(rows, columns, ev)[:, self._uses]))
+        return joined_evidence([ev for ev, _ in parts]), np.concatenate([r for _, r in parts])
 
     def _measure(
         self, rates: np.ndarray, counts: np.ndarray, days: np.ndarray, ev: Evidence
@@ -296,7 +312,11 @@ class EnsembleScorer(_MatrixScorer):
         for lo in range(0, len(rows), self.learn_every):
             hi = lo + self.learn_every
             state.learner.learn_array(
-                rows[lo:hi], names, counts[lo:hi, 0], counts[lo:hi, 1], days[lo:hi]
+                rows[lo:hi].astype(np.float64),
+                names,
+                counts[lo:hi, 0],
+                counts[lo:hi, 1],
+                days[lo:hi],
             )
 
     # -- estimates ---------------------------------------------------------------------------
@@ -484,3 +504,8 @@ def _label_row(
         float(bool(label.content_changed)),
         float(times[at]),
     )
+
+
+def _chunks(n: int) -> list[slice]:
+    """``n`` rows as runs of `EPOCH_CHUNK` (one empty run for none)."""
+    return [slice(lo, lo + EPOCH_CHUNK) for lo in range(0, max(n, 1), EPOCH_CHUNK)]

@@ -376,10 +376,10 @@ class MemoryPageStore:
         self.gains: dict[str, GroupGain] = {}
         self.follow: SiblingFollow | None = None
         self.allocation: Allocation | None = None
-        self._stats_row: dict[int, int] = {}
         self._stats = np.full((1024, N_STATS), np.nan, dtype=np.float32)
+        self._stats_used = 0
         # Sorted page ids and their stats rows: a batch's ~20k neighbour lookups are one
-        # binary search instead of 20k dict lookups.
+        # binary search instead of 20k dict lookups, and no dict entry a page.
         self._sorted_ids = np.empty(0, dtype=np.int64)
         self._sorted_rows = np.empty(0, dtype=np.int64)
 
@@ -390,15 +390,19 @@ class MemoryPageStore:
         return [self.neighbours.get(pid) for pid in page_ids]
 
     def get_stats(self, page_ids: np.ndarray) -> np.ndarray:
-        ids = np.asarray(page_ids, dtype=np.int64)
-        known = self._sorted_ids
-        if not len(known):
-            return np.full((len(ids), N_STATS), np.nan, dtype=np.float32)
-        pos = np.minimum(np.searchsorted(known, ids), len(known) - 1)
-        found = known[pos] == ids
-        out = self._stats[np.where(found, self._sorted_rows[pos], 0)]
+        rows, found = self._stats_rows(np.asarray(page_ids, dtype=np.int64))
+        out = self._stats[rows]
         out[~found] = np.nan
         return out
+
+    def _stats_rows(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Each page's row of the stats matrix (0 where it has none) and whether it has one."""
+        known = self._sorted_ids
+        if not len(known):
+            return np.zeros(len(ids), dtype=np.int64), np.zeros(len(ids), dtype=bool)
+        pos = np.minimum(np.searchsorted(known, ids), len(known) - 1)
+        found = known[pos] == ids
+        return np.where(found, self._sorted_rows[pos], 0), found
 
     def get_rows(self, page_ids: Sequence[int]) -> list[np.ndarray | None]:
         return [self.rows.get(pid) for pid in page_ids]
@@ -415,34 +419,34 @@ class MemoryPageStore:
     def get_allocation(self) -> Allocation | None:
         return self.allocation
 
+    def stats_ids(self) -> np.ndarray:
+        """The ids of the pages with a stats row, ascending."""
+        return self._sorted_ids.copy()
+
     def stats(self, page_id: int) -> np.ndarray | None:
-        row = self._stats_row.get(page_id)
-        return None if row is None else self._stats[row].copy()
+        rows, found = self._stats_rows(np.array([page_id], dtype=np.int64))
+        return self._stats[rows[0]].copy() if found[0] else None
 
     def write(self, writes: PageWrites) -> None:
         merge_records(self, writes)
-        added: list[int] = []
-        rows: list[int] = []
-        for pid in writes.stats:
-            row = self._stats_row.get(pid)
-            if row is None:
-                row = self._stats_row[pid] = len(self._stats_row)
-                added.append(pid)
-            rows.append(row)
-        if len(self._stats_row) > len(self._stats):
-            size = max(2 * len(self._stats), len(self._stats_row))
+        if not writes.stats:
+            return
+        ids = np.fromiter(writes.stats, dtype=np.int64, count=len(writes.stats))
+        rows, found = self._stats_rows(ids)
+        added = ids[~found]  # in the batch's order: a dict holds one row per page
+        rows[~found] = np.arange(self._stats_used, self._stats_used + len(added))
+        self._stats_used += len(added)
+        if self._stats_used > len(self._stats):  # by a quarter: the slack is memory at the peak
+            size = max(len(self._stats) + len(self._stats) // 4, self._stats_used)
             grown = np.full((size, N_STATS), np.nan, dtype=np.float32)
             grown[: len(self._stats)] = self._stats
             self._stats = grown
-        if rows:  # one assignment for the batch (the dict holds one row per page)
-            self._stats[rows] = np.stack(list(writes.stats.values()))
-        if added:
-            new_ids = np.array(added, dtype=np.int64)
-            order = np.argsort(new_ids)
-            new_rows = np.arange(len(self._stats_row) - len(added), len(self._stats_row))
-            at = np.searchsorted(self._sorted_ids, new_ids[order])
-            self._sorted_ids = np.insert(self._sorted_ids, at, new_ids[order])
-            self._sorted_rows = np.insert(self._sorted_rows, at, new_rows[order])
+        self._stats[rows] = np.stack(list(writes.stats.values()))  # one assignment
+        if len(added):
+            order = np.argsort(added)
+            at = np.searchsorted(self._sorted_ids, added[order])
+            self._sorted_ids = np.insert(self._sorted_ids, at, added[order])
+            self._sorted_rows = np.insert(self._sorted_rows, at, rows[~found][order])
 
     def __len__(self) -> int:
         return len(self.states)
@@ -472,43 +476,100 @@ def row_from_record(blob: bytes) -> np.ndarray:
     return unpack_floats(blob, LOOKAROUND_WIDE if blob[:1] == bytes([_COMPACT]) else _NO_WIDE)
 
 
+#: A `CompactMemoryPageStore` record's head: the lengths of its three sections (history
+#: state, related pages, feature row), 0 for one it does not hold; the sections follow.
+_RECORD_HEAD = struct.Struct("<III")
+_STATE, _RELATED, _ROW = 0, 1, 2
+#: A sibling group of one whose member is its home page (``https://`` + its key).
+_HOME_ALONE = ""
+
+
 class CompactMemoryPageStore(MemoryPageStore):
-    """The embedded default at scale: the page records in memory as the bytes a Redis page
-    record holds (`online.history.to_bytes`, `Neighbours.to_bytes`, `row_records`), decoded
-    when read.
+    """The embedded default at scale: one bytes record a page, keyed by its page id as in
+    Redis, holding what a Redis page record holds (`online.history.to_bytes`,
+    `Neighbours.to_bytes`, `row_records`), decoded when read.
 
     A decoded history state, related-page list and feature row take ~2.8 kB of Python objects
-    a page, their bytes ~0.8 kB, and a replay of a million pages keeps them all. Every
-    encoding reads back exactly what was written, so the scores are those of
+    a page, and a replay of a million pages keeps them all; three dicts of bytes (one keyed
+    by URL) still took ~0.5 kB a page in keys, entries and object heads on top of the bytes.
+    A sibling group of one page, its home page (most groups), is kept as its key alone.
+    Every encoding reads back exactly what was written, so the scores are those of
     `MemoryPageStore` (and of the Redis store).
     """
 
     def __init__(self) -> None:
         super().__init__()
-        self._state_bytes: dict[str, bytes] = {}
-        self._neighbour_bytes: dict[int, bytes] = {}
-        self._row_bytes: dict[int, bytes] = {}
+        self._records: dict[int, bytes] = {}
+        self._groups: dict[str, str | list[str]] = {}
+        self._pages = 0  # records holding a history state
+
+    def _section(self, page_id: int, which: int) -> bytes | None:
+        record = self._records.get(page_id)
+        if record is None:
+            return None
+        lengths = _RECORD_HEAD.unpack_from(record)
+        if not lengths[which]:
+            return None
+        start = _RECORD_HEAD.size + sum(lengths[:which])
+        return record[start : start + lengths[which]]
+
+    def _sections(self, page_id: int) -> list[bytes]:
+        record = self._records.get(page_id)
+        if record is None:
+            return [b"", b"", b""]
+        out, at = [], _RECORD_HEAD.size
+        for length in _RECORD_HEAD.unpack_from(record):
+            out.append(record[at : at + length])
+            at += length
+        return out
 
     def get_states(self, urls: Sequence[str]) -> list[PageState | None]:
-        found = self._state_bytes
-        return [None if (b := found.get(url)) is None else state_from_bytes(b) for url in urls]
+        blobs = (self._section(url_id(url), _STATE) for url in urls)
+        return [None if b is None else state_from_bytes(b) for b in blobs]
 
     def get_neighbours(self, page_ids: Sequence[int]) -> list[Neighbours | None]:
-        found = self._neighbour_bytes
-        return [
-            None if (b := found.get(pid)) is None else Neighbours.from_bytes(b) for pid in page_ids
-        ]
+        blobs = (self._section(pid, _RELATED) for pid in page_ids)
+        return [None if b is None else Neighbours.from_bytes(b) for b in blobs]
 
     def get_rows(self, page_ids: Sequence[int]) -> list[np.ndarray | None]:
-        found = self._row_bytes
-        return [None if (b := found.get(pid)) is None else row_from_record(b) for pid in page_ids]
+        blobs = (self._section(pid, _ROW) for pid in page_ids)
+        return [None if b is None else row_from_record(b) for b in blobs]
+
+    def get_siblings(self, keys: Sequence[str]) -> list[SiblingGroup]:
+        return [sibling_group(self._members(key), self.gains.get(key)) for key in keys]
+
+    def _members(self, key: str) -> Sequence[str]:
+        group = self._groups.get(key, ())
+        if group == _HOME_ALONE:
+            return (f"https://{key}",)
+        return (group,) if isinstance(group, str) else group
 
     def write(self, writes: PageWrites) -> None:
-        records = replace(writes, states={}, neighbours={}, rows={})
-        super().write(records)
-        self._state_bytes.update((url, state_to_bytes(s)) for url, s in writes.states.items())
-        self._neighbour_bytes.update((pid, nb.to_bytes()) for pid, nb in writes.neighbours.items())
-        self._row_bytes.update(row_records(writes.rows))
+        super().write(replace(writes, states={}, neighbours={}, rows={}, siblings={}))
+        changed: dict[int, list[bytes | None]] = {}
+        for url, state in writes.states.items():
+            changed.setdefault(url_id(url), [None, None, None])[_STATE] = state_to_bytes(state)
+        for pid, neighbours in writes.neighbours.items():
+            changed.setdefault(pid, [None, None, None])[_RELATED] = neighbours.to_bytes()
+        for pid, blob in row_records(writes.rows).items():
+            changed.setdefault(pid, [None, None, None])[_ROW] = blob
+        for pid, new in changed.items():
+            old = self._sections(pid)
+            parts = [o if n is None else n for n, o in zip(new, old, strict=True)]
+            self._pages += bool(parts[_STATE]) and not old[_STATE]
+            self._records[pid] = _RECORD_HEAD.pack(*map(len, parts)) + b"".join(parts)
+        for key, urls in writes.siblings.items():
+            self._add_members(key, urls)
+
+    def _add_members(self, key: str, urls: Sequence[str]) -> None:
+        group = self._groups.get(key)
+        if group is None and len(urls) == 1:
+            alone = urls[0] == f"https://{key}"
+            self._groups[key] = _HOME_ALONE if alone else urls[0]
+            return
+        members = list(self._members(key)) if isinstance(group, str) else group or []
+        members.extend(urls)
+        self._groups[key] = members
 
     def __len__(self) -> int:
-        return len(self._state_bytes)
+        return self._pages

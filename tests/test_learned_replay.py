@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 from batch.generate import GeneratorConfig
 from batch.registry import ModelRegistry
 from batch.train import train_and_register
+from online import learned
 from streams.cli import app
 from streams.replay import read_priorities, replay
 
@@ -128,3 +129,20 @@ def test_a_refresh_that_fails_loses_no_event_and_is_logged(
     assert summary.batch_model_failures == len(clean.batch_models)
     strip = lambda run: [{**u, "scored_at": None} for u in read_priorities(run)]  # noqa: E731
     assert strip(tmp_path / "unregistered") == strip(tmp_path / "clean")
+
+
+def test_an_epoch_worked_out_in_chunks_scores_as_one_worked_out_whole(
+    trained, tmp_path, monkeypatch
+) -> None:
+    """An epoch's rows go through the models a chunk at a time (memory at a million pages);
+    the scores must be those of the rows taken whole, to the bit."""
+    events, registry, _ = trained
+
+    def scores(name: str) -> list[tuple]:
+        run = tmp_path / name
+        replay(events, run, scorer="ensemble", registry_dir=registry, progress=False)
+        return [(u["url"], u["fetched_at"], u["score"], u["p_new"]) for u in read_priorities(run)]
+
+    whole = scores("whole")
+    monkeypatch.setattr(learned, "EPOCH_CHUNK", 7)
+    assert scores("chunks") == whole

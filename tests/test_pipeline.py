@@ -385,6 +385,30 @@ def test_the_compact_memory_store_keeps_the_records_in_less_memory(events) -> No
     assert held["CompactMemoryPageStore"] < 0.8 * held["MemoryPageStore"], held
 
 
+def test_the_compact_memory_store_gives_back_sibling_groups_as_written() -> None:
+    """It keeps a group of one by its key alone where the page is the group's home; every
+    group reads back as the memory store gives it, members in the order first seen."""
+    first = {
+        "a.org/x": ["https://a.org/x"],  # its home page alone: kept as the key
+        "b.org/y": ["http://b.org/y"],  # not its home (http): the URL is kept
+        "c.org/z": ["https://c.org/z", "https://c.org/z?lang=de"],
+    }
+    later = {"a.org/x": ["https://a.org/x?lang=fr"], "b.org/y": ["https://de.b.org/y"]}
+    stores = (MemoryPageStore(), CompactMemoryPageStore())
+    for store in stores:
+        for siblings in (first, later):
+            store.write(PageWrites({}, {}, {}, siblings={k: list(v) for k, v in siblings.items()}))
+    keys = ["a.org/x", "b.org/y", "c.org/z", "d.org/none"]
+    expected, got = (store.get_siblings(keys) for store in stores)
+    assert [g.urls for g in got] == [g.urls for g in expected]
+    assert [g.urls for g in got][:2] == [
+        ("https://a.org/x", "https://a.org/x?lang=fr"),
+        ("http://b.org/y", "https://de.b.org/y"),
+    ]
+    for mine, theirs in zip(got, expected, strict=True):
+        assert np.array_equal(mine.ids, theirs.ids)
+
+
 def test_features_use_only_earlier_fetches(events) -> None:
     _, full = run(events, 50)
     for cut in (31, 150, len(events) - 1):

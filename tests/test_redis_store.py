@@ -51,7 +51,7 @@ def test_round_trip_and_unknown(store):
     assert got[-1] is None
     for url, state in zip(urls, got, strict=False):
         assert states_equal(state, mem.states[url])
-    pids = np.array(sorted(mem._stats_row), dtype=np.int64)
+    pids = mem.stats_ids()
     assert np.array_equal(store.get_stats(pids), mem.get_stats(pids), equal_nan=True)
     unknown = store.get_stats(np.array([123456789], dtype=np.int64))
     assert unknown.shape == (1, N_STATS) and np.isnan(unknown).all()
@@ -98,7 +98,7 @@ def test_stale_and_redelivered_writes_change_nothing(store):
     store.write(
         PageWrites(
             states=dict(old.states),
-            stats={pid: old.stats(pid) for pid in old._stats_row},
+            stats={pid: old.stats(pid) for pid in old.stats_ids().tolist()},
             neighbours=dict(old.neighbours),
             siblings=dict(old.siblings),  # the groups' URLs again: never listed twice
         )
@@ -119,7 +119,7 @@ def test_learner_written_with_pages_and_ttl(backend):
         store.write(
             PageWrites(
                 states=dict(mem.states),
-                stats={pid: mem.stats(pid) for pid in mem._stats_row},
+                stats={pid: mem.stats(pid) for pid in mem.stats_ids().tolist()},
                 neighbours={1: Neighbours(np.array([2]), np.array([1.0], np.float32), 2)},
                 learner=learner,
             )
@@ -313,7 +313,7 @@ def test_a_cluster_write_is_one_script_per_slot_in_three_phases(redis_cluster):
         groups = {"a.example/x": ["https://a.example/x"], "b.example/y": ["https://b.example/y"]}
         writes = PageWrites(
             states=dict(mem.states),
-            stats={pid: mem.stats(pid) for pid in mem._stats_row},
+            stats={pid: mem.stats(pid) for pid in mem.stats_ids().tolist()},
             neighbours=dict(mem.neighbours),
             siblings=groups,
             learner=EnsembleState(AdaHedge(2), epochs=1),
@@ -323,7 +323,7 @@ def test_a_cluster_write_is_one_script_per_slot_in_three_phases(redis_cluster):
         store.write(writes)
         assert _scripts_run(client) - before == len(group_tags) + 8 + 1
         before = _scripts_run(client)
-        pids = np.array(sorted(mem._stats_row), dtype=np.int64)
+        pids = mem.stats_ids()
         assert np.array_equal(store.get_stats(pids), mem.get_stats(pids), equal_nan=True)
         assert _scripts_run(client) - before == 8
         assert store.written == len(mem.states) and store.get_learner().epochs == 1
@@ -362,7 +362,7 @@ def _batch_of_a_cluster_write() -> PageWrites:
     run(crawl(pages=40, rounds=2), batch=100, store=mem, scorer=DEFAULT_SCORER)
     return PageWrites(
         states=dict(mem.states),
-        stats={pid: mem.stats(pid) for pid in mem._stats_row},
+        stats={pid: mem.stats(pid) for pid in mem.stats_ids().tolist()},
         neighbours=dict(mem.neighbours),
         siblings={"a.example/x": ["https://a.example/x"], "b.example/y": ["https://b.example/y"]},
         gains={"a.example/x": GroupGain(1_767_225_600.0, 3.0, 0.0, url_id("https://a.example/x"))},
