@@ -35,6 +35,7 @@ trees see a per-feature sentinel below the training minimum.
 
 from __future__ import annotations
 
+import functools
 import platform
 from dataclasses import dataclass
 from typing import Any
@@ -50,7 +51,7 @@ from sklearn.ensemble import (
     HistGradientBoostingClassifier,
     HistGradientBoostingRegressor,
 )
-from threadpoolctl import threadpool_limits
+from threadpoolctl import ThreadpoolController
 
 from batch.datasets import DEFAULT_FEATURE_SET, TrainingSet, training_set
 from batch.distributions import EPS, balanced, calibrated, fit_alpha, nb_logpmf, nb_p0
@@ -74,11 +75,17 @@ SIDES = ("internal", "external")
 OPENMP_MIN_ROWS = 20_000
 
 
+@functools.cache
+def _thread_pools() -> ThreadpoolController:
+    """This process's thread pools, found once: finding them reads every loaded library
+    (milliseconds), and a model predicts on every batch a worker scores."""
+    return ThreadpoolController()
+
+
 def _openmp(rows: int, n_jobs: int):  # type: ignore[no-untyped-def]
     """Thread limit for the OpenMP learners (HGB) on ``rows`` rows."""
-    if rows < OPENMP_MIN_ROWS:
-        return threadpool_limits(1, user_api="openmp")
-    return threadpool_limits(None if n_jobs < 0 else n_jobs, user_api="openmp")
+    limit = 1 if rows < OPENMP_MIN_ROWS else (None if n_jobs < 0 else n_jobs)
+    return _thread_pools().limit(limits=limit, user_api="openmp")
 
 
 def library_versions() -> dict[str, str]:

@@ -42,6 +42,10 @@ class Run:
     peak_bytes: int
     #: each process's own peak: the pipeline's first, then its helpers' in the order started
     process_peaks: list[int]
+    #: the related-page searches, and the index's IVF lists and lists probed at the end
+    searches: int = 0
+    lists: int = 0
+    probes: int = 0
 
     @property
     def rate(self) -> float:
@@ -52,7 +56,8 @@ class Run:
         return (
             f"{self.name:28s} {self.events:>10,} events {self.rate:>8,.0f} events/s  "
             f"peak {self.peak_bytes / 1024**3:5.2f} GB  "
-            f"{self.peak_bytes / self.pages:>6,.0f} B/page  (MB a process: {each})"
+            f"{self.peak_bytes / self.pages:>6,.0f} B/page  (MB a process: {each}); "
+            f"{self.searches:,} searches, {self.probes} of {self.lists} lists probed"
         )
 
 
@@ -114,7 +119,8 @@ def replay(events: Path, out: Path, name: str, pages: int) -> Run:
     seconds = float(summary.get("seconds") or (time.perf_counter() - started))
     helpers = sorted(p for p in peaks if p != child.pid)  # pids rise in start order
     each = [peaks.get(child.pid, 0)] + [peaks[p] for p in helpers if peaks[p] > _TRACKER]
-    return Run(name, pages, int(summary["events_read"]), seconds, peak, each)
+    index = (summary.get(k, 0) for k in ("neighbour_searches", "index_lists", "index_probes"))
+    return Run(name, pages, int(summary["events_read"]), seconds, peak, each, *index)
 
 
 def crawl(work: Path, pages: int, crawls: int, drift: float, content: str) -> Path:

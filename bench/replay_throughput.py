@@ -116,6 +116,8 @@ def main() -> None:
                     "applied",
                     "pages",
                     "indexed_pages",
+                    "index_lists",
+                    "index_probes",
                     "neighbour_searches",
                     "neighbour_searches_widened",
                     "seconds",

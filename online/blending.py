@@ -22,6 +22,7 @@ arguments (`Blender.record_silent` adds to the counts it is given).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -94,8 +95,9 @@ class Blender:
 
     def option_rates(self, rates: np.ndarray, ev: Evidence) -> dict[str, np.ndarray]:
         """(m, 2) rates per day of every ranking option."""
+        filled = np.nan_to_num(rates)
         return {
-            name: np.einsum("mk,mks->ms", self.weights(name, rates, ev), np.nan_to_num(rates))
+            name: np.einsum("mk,mks->ms", self.weights(name, rates, ev), filled)
             for name in self.options()
         }
 
@@ -146,16 +148,17 @@ def lift_thresholds(
     return out
 
 
-def measure_options(option_rates: Mapping[str, np.ndarray], truth: np.ndarray) -> dict[str, float]:
-    """How each ranking option's rates rank the pages whose labels arrived: the mean yield over
-    budgets of 1 to 20% plus Spearman's rho, against ``truth``, the new outlinks found (nothing
-    when all pages or none found any: such labels rank nothing)."""
+def measure_options(option_totals: Mapping[str, np.ndarray], truth: np.ndarray) -> dict[str, float]:
+    """How each ranking option ranks the pages whose labels arrived, by its rates per day
+    summed over both sides (``option_totals``): the mean yield over budgets of 1 to 20% plus
+    Spearman's rho, against ``truth``, the new outlinks found (nothing when all pages or none
+    found any: such labels rank nothing)."""
     if not (truth > 0).any() or (truth > 0).all():
         return {}
     true = Ranked(truth)
     out = {}
-    for name, option in option_rates.items():
-        ranked = Ranked(option.sum(axis=1))
+    for name, total in option_totals.items():
+        ranked = Ranked(total)
         found = yield_at_budget(ranked, truth, DEFAULT_BUDGETS)
         quality = np.mean([found[b]["relative"] for b in DEFAULT_BUDGETS])
         quality += spearman(ranked, true) or 0.0
@@ -189,7 +192,9 @@ def choose(measured: Mapping[str, list[float]], used: Sequence[str], switch_evid
 def awake_weights(rates: np.ndarray, weights: np.ndarray) -> np.ndarray:
     """Per row, the weights of the candidates that did not abstain, summing to 1 (equal
     weights among them where all that carry weight abstain)."""
-    awake = ~np.isnan(rates).any(axis=2)
+    nan = np.isnan(rates)
+    # An "or" of the sides' slices: `any` along an axis of two is several times slower.
+    awake = ~functools.reduce(np.logical_or, [nan[:, :, s] for s in range(nan.shape[2])])
     w = weights[None, :] * awake
     w = np.where(w.sum(axis=1, keepdims=True) > 0, w, awake.astype(np.float64))
     total = w.sum(axis=1, keepdims=True)

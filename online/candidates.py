@@ -51,8 +51,8 @@ True
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields
+from collections.abc import Mapping
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -94,17 +94,6 @@ class Evidence:
     sibling_last: np.ndarray  # (m, 2) siblings' new outlinks in their latest interval, NaN none
     ccr: np.ndarray  # (m,) share of intervals whose content changed, NaN without intervals
     alive: np.ndarray  # (m,) share of the page's fetches that succeeded (0: none ever did)
-
-
-def joined_evidence(parts: Sequence[Evidence]) -> Evidence:
-    """The evidence of several runs of rows, one after another, as one: every summary is
-    row by row, so this is the evidence of those rows taken together."""
-    if len(parts) == 1:
-        return parts[0]
-    windows = zip(*(part.window for part in parts), strict=True)
-    window = Window(*(np.concatenate(field) for field in windows))
-    rest = (np.concatenate([getattr(part, f.name) for part in parts]) for f in fields(Evidence)[1:])
-    return Evidence(window, *rest)
 
 
 def evidence(X: np.ndarray, columns: Mapping[str, int]) -> Evidence:

@@ -30,10 +30,43 @@ True
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import NamedTuple
+
 import numpy as np
 
 #: Bounds of k in intervals: from "one interval is nearly everything" to "the prior decides".
 K_MIN, K_MAX = 0.05, 1000.0
+
+
+class CredibilityTerms(NamedTuple):
+    """Per page with two or more observed intervals, what its moments add: the squared
+    deviations from its mean, its number of intervals, and (mean - prior)^2 per prior."""
+
+    squares: np.ndarray  # (u,)
+    n: np.ndarray  # (u,)
+    between: np.ndarray  # (u, priors)
+
+
+def credibility_terms(
+    rates: np.ndarray, present: np.ndarray, priors: np.ndarray
+) -> CredibilityTerms:
+    """The rows' terms of the moments (see `Credibility.learn` for the arguments); row by
+    row, so the terms of runs of rows joined are those of the rows taken together."""
+    n = present.sum(axis=1).astype(np.float64)
+    use = n >= 2
+    values = np.where(present, rates, 0.0)[use]
+    n = n[use]
+    mean = values.sum(axis=1) / n
+    squares = np.where(present[use], (values - mean[:, None]) ** 2, 0.0).sum(axis=1)
+    return CredibilityTerms(squares, n, (mean[:, None] - priors[use]) ** 2)
+
+
+def joined_terms(parts: Sequence[CredibilityTerms]) -> CredibilityTerms:
+    """Several runs' terms as one run's."""
+    if len(parts) == 1:
+        return parts[0]
+    return CredibilityTerms(*(np.concatenate(field) for field in zip(*parts, strict=True)))
 
 
 class Credibility:
@@ -51,19 +84,18 @@ class Credibility:
     def learn(self, rates: np.ndarray, present: np.ndarray, priors: np.ndarray) -> None:
         """Rows are pages (as of a labelled fetch): ``rates`` (m, n) interval rates,
         ``present`` (m, n) which are observed, ``priors`` (m, priors) each prior's rate."""
-        n = present.sum(axis=1).astype(np.float64)
-        use = n >= 2
-        if not use.any():
+        self.learn_terms(credibility_terms(rates, present, priors))
+
+    def learn_terms(self, terms: CredibilityTerms) -> None:
+        """Accumulate the moments of `credibility_terms` (of one run of rows, or of several
+        joined by `joined_terms`: the same sums either way)."""
+        if not len(terms.n):
             return
-        values = np.where(present, rates, 0.0)[use]
-        n = n[use]
-        mean = values.sum(axis=1) / n
-        squares = np.where(present[use], (values - mean[:, None]) ** 2, 0.0).sum(axis=1)
-        self.within += float(squares.sum())
-        self.dof += float((n - 1).sum())
-        self.between += ((mean[:, None] - priors[use]) ** 2).sum(axis=0)
-        self.pages += float(use.sum())
-        self.inverse_n += float((1.0 / n).sum())
+        self.within += float(terms.squares.sum())
+        self.dof += float((terms.n - 1).sum())
+        self.between += terms.between.sum(axis=0)
+        self.pages += float(len(terms.n))
+        self.inverse_n += float((1.0 / terms.n).sum())
 
     def k(self) -> np.ndarray:
         """k per prior (the default until enough pages with two or more intervals were seen)."""

@@ -37,6 +37,7 @@ is `online.blending`, what is stored `online.ensemble_state`, where a score come
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -58,10 +59,10 @@ from online.candidates import (
     Priors,
     candidate_rates,
     evidence,
-    joined_evidence,
     prior_rates,
 )
-from online.ensemble_state import EnsembleState
+from online.credibility import CredibilityTerms, credibility_terms, joined_terms
+from online.ensemble_state import EnsembleState, TakenRows
 from online.features import feature_column
 from online.hedge import AdaHedge
 from online.history import DEFAULT_HISTORY
@@ -73,7 +74,7 @@ from online.scoring import Scores, _MatrixScorer
 
 ModelSource = Callable[[], Any]
 _DAY = 86_400.0
-#: rows an epoch works out at a time (`_epoch_rates`)
+#: rows an epoch works out at a time (`EnsembleScorer._epoch_seen`)
 EPOCH_CHUNK = 16_384
 #: The typical interval assumed until the stream shows another (a weekly crawl).
 DEFAULT_INTERVAL_DAYS = 7.0
@@ -233,23 +234,24 @@ class EnsembleScorer(_MatrixScorer):
     def _epoch(self, now: float, columns: Mapping[str, int]) -> None:
         """Learn every pending label observed before ``now``."""
         state = self.learned
-        waiting, labels = state.pending.take(state.pending.count_before(now))
+        taken, labels = state.pending.take(state.pending.count_before(now))
         info = labels[:, :4]
         counts, days, changed = info[:, :2], info[:, 2], info[:, 3] > 0
-        ev, rates = self._epoch_rates(waiting, columns)
-        self._measure(rates, counts, days, ev)
-        losses = [deviance(counts[at], rates[at], days[at]) for at in _chunks(len(rates))]
-        state.hedge.learn(hedge_rounds(np.concatenate(losses)))
-        self._learn_credibility(ev, counts, days)
+        seen = self._epoch_seen(taken, columns, counts, days)
+        self._measure(seen, counts, days)
+        state.hedge.learn(hedge_rounds(seen.losses))
+        for cred, terms in zip(state.credibility, seen.credibility, strict=True):
+            cred.learn_terms(terms)
         state.site.learn(counts, days, changed)
         measured = state.site.typical_interval_days()
         ratio = measured / self._interval_days()
         away = not 1 / _INTERVAL_TOLERANCE <= ratio <= _INTERVAL_TOLERANCE
         if away and state.site.labels >= _INTERVAL_MIN_LABELS:
             state.interval_days = measured
-        self._learn_online(waiting, counts, days)
+        self._learn_online(taken, counts, days)
         if self.refresher is not None:
-            self.refresher.add(waiting, counts, days)
+            keep = self.refresher.policy.max_rows  # it keeps no more of them
+            self.refresher.add(taken.tail(keep), counts[-keep:], days[-keep:])
             self.refresher.at_epoch(state.feature_names or [])
         state.lift_thresholds.update(
             lift_thresholds(state.lift_histograms, state.scored, self.budget_share)
@@ -263,61 +265,72 @@ class EnsembleScorer(_MatrixScorer):
             state.choices.append((state.epochs, choice))
         state.choice = choice
 
-    def _epoch_rates(
-        self, waiting: np.ndarray, columns: Mapping[str, int]
-    ) -> tuple[Evidence, np.ndarray]:
-        """The evidence and the used candidates' rates of an epoch's rows (float32), worked
-        out ``EPOCH_CHUNK`` rows at a time: an epoch holds about one label a page, and the
-        float64 copies of a million rows and their model inputs would take gigabytes at once.
-        Every step is row by row, so the chunks give the bits the whole would."""
-        parts = []
-        for at in _chunks(len(waiting)):
-            rows = waiting[at].astype(np.float64)
+    def _epoch_seen(
+        self, taken: TakenRows, columns: Mapping[str, int], counts: np.ndarray, days: np.ndarray
+    ) -> _EpochSeen:
+        """What the epoch learns from its rows, as the state stood before it: the candidates'
+        losses, the ranking options' rates and the credibility terms. Worked out
+        ``EPOCH_CHUNK`` rows at a time, inflated from the waiting blocks as they go: an epoch
+        holds about one label a page, and at a million pages its rows, their float64 copies
+        and their model inputs would take gigabytes at once. Every step is row by row, so the
+        chunks give the bits the whole would."""
+        state = self.learned
+        blender, priors = self._blender(), self._priors()
+        losses, in_use = [], []
+        totals: dict[str, list[np.ndarray]] = {}
+        terms: list[list[CredibilityTerms]] = [[] for _ in state.credibility]
+        start = 0
+        for run in taken.runs(EPOCH_CHUNK):
+            at = slice(start, start + len(run))
+            start = at.stop
+            rows = run.astype(np.float64)
             ev = evidence(rows, columns)
-            parts.append((ev, self._candidate_rates(rows, columns, ev)[:, self._uses]))
-        return joined_evidence([ev for ev, _ in parts]), np.concatenate([r for _, r in parts])
+            rates = self._candidate_rates(rows, columns, ev)[:, self._uses]
+            losses.append(deviance(counts[at], rates, days[at]))
+            options = blender.option_rates(rates, ev)
+            for name, option in options.items():
+                totals.setdefault(name, []).append(option.sum(axis=1))
+            in_use.append(options.get(state.choice, options[MIX]).sum(axis=1))
+            for side, part in enumerate(_credibility_terms(ev, priors, counts[at], days[at])):
+                terms[side].append(part)
+        return _EpochSeen(
+            losses=np.concatenate(losses),
+            option_totals={name: np.concatenate(parts) for name, parts in totals.items()},
+            in_use=np.concatenate(in_use),
+            credibility=[joined_terms(parts) for parts in terms],
+        )
 
-    def _measure(
-        self, rates: np.ndarray, counts: np.ndarray, days: np.ndarray, ev: Evidence
-    ) -> None:
+    def _measure(self, seen: _EpochSeen, counts: np.ndarray, days: np.ndarray) -> None:
         """How each ranking option (as it stood) ranks the pages whose labels arrived
         (`online.blending.measure_options`); and how often the option in use's expectation
         came true (P(>= 1) calibration)."""
         state = self.learned
         truth = counts.sum(axis=1)
-        options = self._blender().option_rates(rates, ev)
-        in_use = options.get(state.choice, options[MIX]).sum(axis=1)
-        state.calibration.learn(in_use * days, truth > 0)
-        for name, quality in measure_options(options, truth).items():
+        state.calibration.learn(seen.in_use * days, truth > 0)
+        for name, quality in measure_options(seen.option_totals, truth).items():
             state.measured.setdefault(name, []).append(quality)
 
-    def _learn_credibility(self, ev: Evidence, counts: np.ndarray, days: np.ndarray) -> None:
-        """Each prior's credibility from the rows' windows with the label as one more interval."""
-        priors = prior_rates(ev, self._priors())
-        present = np.concatenate([np.ones((len(days), 1), bool), ev.window.present], axis=1)
-        window_rates = ev.window.rates()
-        with np.errstate(divide="ignore", invalid="ignore"):
-            label_rates = np.where(days[:, None] > 0, counts / days[:, None], 0.0)
-        for side, cred in enumerate(self.learned.credibility):
-            rates = np.concatenate([label_rates[:, side : side + 1], window_rates[:, :, side]], 1)
-            cred.learn(rates, present, priors[:, :, side])
-
-    def _learn_online(self, rows: np.ndarray, counts: np.ndarray, days: np.ndarray) -> None:
+    def _learn_online(self, taken: TakenRows, counts: np.ndarray, days: np.ndarray) -> None:
         if not (self._uses_candidate("online")):
             return
         state = self.learned
         if state.learner is None:
             state.learner = self._learner_template or LinkLearner(reference_days=1.0)
         names = state.feature_names or []
-        for lo in range(0, len(rows), self.learn_every):
-            hi = lo + self.learn_every
-            state.learner.learn_array(
-                rows[lo:hi].astype(np.float64),
-                names,
-                counts[lo:hi, 0],
-                counts[lo:hi, 1],
-                days[lo:hi],
-            )
+        step = self.learn_every
+        at = 0
+        for run in taken.runs(step * max(1, EPOCH_CHUNK // step)):  # whole mini-batches
+            for lo in range(0, len(run), step):
+                rows = run[lo : lo + step]
+                labelled = slice(at, at + len(rows))
+                state.learner.learn_array(
+                    rows.astype(np.float64),
+                    names,
+                    counts[labelled, 0],
+                    counts[labelled, 1],
+                    days[labelled],
+                )
+                at = labelled.stop
 
     # -- estimates ---------------------------------------------------------------------------
 
@@ -506,6 +519,31 @@ def _label_row(
     )
 
 
-def _chunks(n: int) -> list[slice]:
-    """``n`` rows as runs of `EPOCH_CHUNK` (one empty run for none)."""
-    return [slice(lo, lo + EPOCH_CHUNK) for lo in range(0, max(n, 1), EPOCH_CHUNK)]
+@dataclass
+class _EpochSeen:
+    """What an epoch keeps of its rows once their rates are worked out: a few numbers a row
+    (`EnsembleScorer._epoch_seen`)."""
+
+    losses: np.ndarray  # (m, used candidates) Poisson deviance
+    option_totals: dict[str, np.ndarray]  # ranking option -> (m,) its rate per day, both sides
+    in_use: np.ndarray  # (m,) the option in use's rate per day, both sides
+    credibility: list[CredibilityTerms]  # per side
+
+
+def _credibility_terms(
+    ev: Evidence, priors: Priors, counts: np.ndarray, days: np.ndarray
+) -> list[CredibilityTerms]:
+    """Per side, the credibility terms of rows' windows with the label as one more interval."""
+    prior = prior_rates(ev, priors)
+    present = np.concatenate([np.ones((len(days), 1), bool), ev.window.present], axis=1)
+    window_rates = ev.window.rates()
+    with np.errstate(divide="ignore", invalid="ignore"):
+        label_rates = np.where(days[:, None] > 0, counts / days[:, None], 0.0)
+    return [
+        credibility_terms(
+            np.concatenate([label_rates[:, side : side + 1], window_rates[:, :, side]], 1),
+            present,
+            prior[:, :, side],
+        )
+        for side in range(counts.shape[1])
+    ]

@@ -29,7 +29,6 @@ scores, its state as data) is in `online.river_glm`.
 
 from __future__ import annotations
 
-import copy
 import math
 import platform
 from collections.abc import Mapping, Sequence
@@ -46,8 +45,10 @@ from online.river_glm import (
     dot_many,
     dot_one,
     finite_model,
+    glm_snapshot,
     glm_state,
     learn_matrix,
+    restore_glm,
     set_glm_state,
 )
 
@@ -372,18 +373,20 @@ class LinkLearner:
             return forest.ARFClassifier(n_models=self.n_models, seed=self.seed)
         raise ValueError(f"unknown learner kind {self.kind!r}; choose one of {KINDS}")
 
-    def _save(self) -> dict[str, Any] | None:
-        """Copies of the linear models before a step (trees are left alone: a tree's split
-        thresholds cannot overflow the way a gradient step can)."""
+    def _save(self) -> dict[str, tuple[Any, ...]] | None:
+        """What a step changes in the linear models, copied before it (trees are left alone:
+        a tree's split thresholds cannot overflow the way a gradient step can)."""
         if self.kind != "linear" or self._models is None:
             return None
-        return copy.deepcopy(self._models)
+        return {name: glm_snapshot(model) for name, model in self._models.items()}
 
-    def _undo_if_broken(self, saved: dict[str, Any] | None) -> bool:
-        """Put the models of ``saved`` back if the step left one non-finite; True if so."""
-        if saved is None or all(finite_model(m) for m in (self._models or {}).values()):
+    def _undo_if_broken(self, saved: dict[str, tuple[Any, ...]] | None) -> bool:
+        """Put the models' ``saved`` state back if the step left one non-finite; True if so."""
+        models = self._models or {}
+        if saved is None or all(finite_model(m) for m in models.values()):
             return False
-        self._models = saved
+        for name, snapshot in saved.items():
+            restore_glm(models[name], snapshot)
         self.n_skipped += 1
         return True
 

@@ -85,6 +85,25 @@ def set_glm_state(model: Any, state: Mapping[str, Any]) -> None:
         setattr(opt, name, None if pairs is None else defaultdict(float, _unpairs(pairs)))
 
 
+def glm_snapshot(model: Any) -> tuple[Any, ...]:
+    """What a step changes in a River GLM with Adam (weights, intercept, Adam's step count
+    and moments), copied: a tenth of a deep copy's time, and the learner takes one before
+    every mini-batch step (`restore_glm` puts it back)."""
+    opt = model.optimizer
+    moments = (None if opt.m is None else dict(opt.m), None if opt.v is None else dict(opt.v))
+    return dict(model._weights), model.intercept, opt.n_iterations, *moments
+
+
+def restore_glm(model: Any, snapshot: tuple[Any, ...]) -> None:
+    """Put a `glm_snapshot` back into ``model``."""
+    weights, model.intercept, n_iterations, m, v = snapshot
+    model._weights = VectorDict(weights)
+    opt = model.optimizer
+    opt.n_iterations = n_iterations
+    opt.m = None if m is None else defaultdict(float, m)
+    opt.v = None if v is None else defaultdict(float, v)
+
+
 def dot_one(model: Any, x: Mapping[str, float]) -> float:
     """A linear model's raw score for one feature dict (River's own, below ``predict_one``'s
     link function)."""

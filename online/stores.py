@@ -476,6 +476,23 @@ def row_from_record(blob: bytes) -> np.ndarray:
     return unpack_floats(blob, LOOKAROUND_WIDE if blob[:1] == bytes([_COMPACT]) else _NO_WIDE)
 
 
+def rows_from_records(blobs: Sequence[bytes | None]) -> list[np.ndarray | None]:
+    """Many rows of `row_records` back (float32, None where None), the look-around rows
+    decoded together: a batch reads thousands, and one row's decoding costs a dozen numpy
+    calls. Raises ValueError on a damaged blob."""
+    out: list[np.ndarray | None] = [None] * len(blobs)
+    present = [(i, blob) for i, blob in enumerate(blobs) if blob is not None]
+    try:
+        width = len(LOOKAROUND_WIDE)
+        rows = unpack_float_rows([blob for _, blob in present], LOOKAROUND_WIDE, width)
+        for (i, _), row in zip(present, rows, strict=True):
+            out[i] = row
+    except ValueError:  # rows of another width, or a damaged one: one at a time
+        for i, blob in present:
+            out[i] = row_from_record(blob)
+    return out
+
+
 #: A `CompactMemoryPageStore` record's head: the lengths of its three sections (history
 #: state, related pages, feature row), 0 for one it does not hold; the sections follow.
 _RECORD_HEAD = struct.Struct("<III")
@@ -532,8 +549,7 @@ class CompactMemoryPageStore(MemoryPageStore):
         return [None if b is None else Neighbours.from_bytes(b) for b in blobs]
 
     def get_rows(self, page_ids: Sequence[int]) -> list[np.ndarray | None]:
-        blobs = (self._section(pid, _ROW) for pid in page_ids)
-        return [None if b is None else row_from_record(b) for b in blobs]
+        return rows_from_records([self._section(pid, _ROW) for pid in page_ids])
 
     def get_siblings(self, keys: Sequence[str]) -> list[SiblingGroup]:
         return [sibling_group(self._members(key), self.gains.get(key)) for key in keys]

@@ -142,8 +142,9 @@ class FeatureTable:
         self.row_group = row_group
         self.rows = 0
         self.labelled = 0
-        self._slot: dict[int, int] = {}  # page id -> slot
-        self._urls: list[str | None] = []  # slot -> the pending row's URL, None: none pending
+        self._slots_of = _SlotIndex()  # page id -> slot
+        self._urls = _UrlColumn()  # slot -> the pending row's URL
+        self._waiting = np.zeros(0, bool)  # slot -> whether a row is pending there
         self._seq = 0
         self._capacity = 0
         self._pending = _empty_rows(0, len(self.names))
@@ -182,10 +183,10 @@ class FeatureTable:
         # the pending row from before the batch (-1), or none (-2).
         previous = np.empty(n, dtype=np.int64)
         latest: dict[int, int] = {}
-        urls = self._urls
+        waiting = self._waiting
         for at, slot in enumerate(slots):
             before = latest.get(slot)
-            previous[at] = before if before is not None else (-1 if urls[slot] is not None else -2)
+            previous[at] = before if before is not None else (-1 if waiting[slot] else -2)
             latest[slot] = at
         labelling = np.flatnonzero(previous > -2)
         if len(labelling):
@@ -201,17 +202,10 @@ class FeatureTable:
         self._seq += n
 
     def _slots(self, page_ids: list[int]) -> list[int]:
-        slot_of = self._slot
-        slots = []
-        for pid in page_ids:
-            slot = slot_of.get(pid)
-            if slot is None:
-                slot = slot_of[pid] = len(self._urls)
-                self._urls.append(None)
-            slots.append(slot)
-        if len(self._urls) > self._capacity:  # by a quarter: the slack is memory at the peak
-            self._grow(max(self._capacity + self._capacity // 4, len(self._urls), 1024))
-        return slots
+        slots = self._slots_of.slots(np.fromiter(page_ids, np.int64, len(page_ids)))
+        if self._slots_of.size > self._capacity:  # by a quarter: the slack is memory at the peak
+            self._grow(max(self._capacity + self._capacity // 4, self._slots_of.size, 1024))
+        return slots.tolist()
 
     def _grow(self, capacity: int) -> None:
         grown = _empty_rows(capacity, len(self.names))
@@ -219,18 +213,22 @@ class FeatureTable:
             getattr(grown, name)[: self._capacity] = getattr(self._pending, name)
         last = np.full(capacity, -1, dtype=np.int64)
         last[: self._capacity] = self._last
-        self._pending, self._last, self._capacity = grown, last, capacity
+        waiting = np.zeros(capacity, bool)
+        waiting[: self._capacity] = self._waiting
+        self._urls.grow(capacity)
+        self._pending, self._last, self._waiting = grown, last, waiting
+        self._capacity = capacity
 
     def _gather(self, slots: np.ndarray) -> _Rows:
         pending = self._pending
         return _Rows(
-            [self._urls[s] for s in slots.tolist()],  # type: ignore[misc]
+            self._urls.get(slots),
             *(getattr(pending, name)[slots] for name in _ARRAYS),
         )
 
     def _scatter(self, slots: np.ndarray, rows: _Rows) -> None:
-        for slot, url in zip(slots.tolist(), rows.urls, strict=True):
-            self._urls[slot] = url
+        self._urls.put(slots, rows.urls)
+        self._waiting[slots] = True
         for name in _ARRAYS:
             getattr(self._pending, name)[slots] = getattr(rows, name)
 
@@ -250,14 +248,75 @@ class FeatureTable:
         self._done_rows = 0
 
     def close(self) -> None:
-        waiting = np.array([s for s, url in enumerate(self._urls) if url is not None], np.int64)
+        waiting = np.flatnonzero(self._waiting)
         waiting = waiting[np.argsort(self._last[waiting], kind="stable")]
         for lo in range(0, len(waiting), self.row_group):
             part = waiting[lo : lo + self.row_group]
             self._finish(self._gather(part), _no_labels(len(part)))
-        self._urls = [None] * len(self._urls)
+        self._waiting[:] = False
         self._flush()
         self.writer.close()
+
+
+class _SlotIndex:
+    """Page id -> slot, numbered in the order pages first came, as sorted arrays: a dict of
+    a million pages would take about 100 bytes a page."""
+
+    def __init__(self) -> None:
+        self._ids = np.empty(0, np.int64)  # sorted
+        self._slots = np.empty(0, np.int64)  # the slot of each of `_ids`
+        self.size = 0
+
+    def slots(self, ids: np.ndarray) -> np.ndarray:
+        """The slots of ``ids`` (int64), new ones numbered on."""
+        known = self._ids
+        at = np.minimum(np.searchsorted(known, ids), max(len(known) - 1, 0))
+        found = known[at] == ids if len(known) else np.zeros(len(ids), bool)
+        out = np.empty(len(ids), np.int64)
+        out[found] = self._slots[at[found]]
+        if not found.all():
+            new, first, inverse = np.unique(ids[~found], return_index=True, return_inverse=True)
+            numbered = np.empty(len(new), np.int64)
+            numbered[np.argsort(first, kind="stable")] = np.arange(len(new)) + self.size
+            out[~found] = numbered[inverse]
+            where = np.searchsorted(known, new)
+            self._ids = np.insert(known, where, new)
+            self._slots = np.insert(self._slots, where, numbered)
+            self.size += len(new)
+        return out
+
+
+class _UrlColumn:
+    """Slot -> URL, as one buffer of UTF-8 bytes with an offset and a length a slot: a str
+    object a page would take about twice the memory. A slot's URL is written once (a page's
+    URL comes again with every fetch); a different one is appended and the old bytes left."""
+
+    def __init__(self) -> None:
+        self._bytes = bytearray()
+        self._at = np.zeros(0, np.int64)
+        self._length = np.full(0, -1, np.int32)  # -1: none yet
+
+    def grow(self, capacity: int) -> None:
+        at = np.zeros(capacity, np.int64)
+        at[: len(self._at)] = self._at
+        length = np.full(capacity, -1, np.int32)
+        length[: len(self._length)] = self._length
+        self._at, self._length = at, length
+
+    def put(self, slots: np.ndarray, urls: list[str]) -> None:
+        buffer = self._bytes
+        for slot, url in zip(slots.tolist(), urls, strict=True):
+            encoded = url.encode()
+            at, length = int(self._at[slot]), int(self._length[slot])
+            if length == len(encoded) and buffer.startswith(encoded, at):
+                continue
+            self._at[slot], self._length[slot] = len(buffer), len(encoded)
+            buffer += encoded
+
+    def get(self, slots: np.ndarray) -> list[str]:
+        buffer = self._bytes
+        starts, lengths = self._at[slots].tolist(), self._length[slots].tolist()
+        return [buffer[a : a + n].decode() for a, n in zip(starts, lengths, strict=True)]
 
 
 def _empty_rows(n: int, features: int) -> _Rows:

@@ -116,7 +116,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from online.ensemble_state import EnsembleState, StoredState
-from online.features import LOOKAROUND_WIDE, N_STATS, STATS_WIDE
+from online.features import N_STATS, STATS_WIDE
 from online.history import PageState, from_bytes, to_bytes
 from online.links import url_id
 from online.related_updates import GroupGain, SiblingFollow, SiblingGroup
@@ -126,8 +126,8 @@ from online.stores import (
     Neighbours,
     PageWrites,
     pack_float_rows,
-    row_from_record,
     row_records,
+    rows_from_records,
     sibling_group,
     unpack_float_rows,
 )
@@ -364,18 +364,10 @@ class RedisPageStore:
 
     def get_rows(self, page_ids: Sequence[int]) -> list[np.ndarray | None]:
         blobs = self._read_pages(page_ids, ROW)
-        out: list[np.ndarray | None] = [None] * len(blobs)
-        present = [i for i, blob in enumerate(blobs) if blob is not None]
-        for i in present:
-            self._refuse(blobs[i], page_ids[i])
-        try:  # look-around rows, decoded together
-            rows = unpack_float_rows([blobs[i] for i in present], LOOKAROUND_WIDE, _LOOKAROUND)
-            for i, row in zip(present, rows, strict=True):
-                out[i] = row
-        except ValueError:  # rows of another width: one at a time
-            for i in present:
-                out[i] = row_from_record(blobs[i])
-        return out
+        for i, blob in enumerate(blobs):
+            if blob is not None:
+                self._refuse(blob, page_ids[i])
+        return rows_from_records(blobs)
 
     def _get_many(self, keys: list[tuple[int, str]]) -> list[bytes | None]:
         """Whole values of (tag, key)s (sibling groups, gains), one read per slot."""
@@ -835,8 +827,6 @@ def decode_member(member: str, sibling_key: str) -> str:
 #: The most bytes a stats section takes (`online.stores.pack_floats`: a layout byte and
 #: float32 values).
 _STATS_MOST = 1 + 4 * N_STATS
-#: Values in the look-around part of a feature row: what a page record keeps of its row.
-_LOOKAROUND = len(LOOKAROUND_WIDE)
 
 
 def learner_parts(state: object) -> StoredState:

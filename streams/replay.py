@@ -60,6 +60,10 @@ class ReplaySummary:
     dropped_outlinks: int = 0
     pages: int = 0
     indexed_pages: int = 0
+    #: the related-page index's IVF lists at the end, and how many a search probes (0: the
+    #: search is exact; `online.index.FaissIndex`)
+    index_lists: int = 0
+    index_probes: int = 0
     neighbour_searches: int = 0
     #: of those, searched again wider (see `online.neighbour_search`)
     neighbour_searches_widened: int = 0
@@ -209,6 +213,8 @@ def replay(
         summary.batch_model_failures = refresher.failures
     summary.pages = len(store)
     summary.indexed_pages = len(pipeline.index)
+    summary.index_lists = int(getattr(pipeline.index, "lists", 0))
+    summary.index_probes = int(getattr(pipeline.index, "probes", 0))
     summary.seconds = round(time.perf_counter() - started, 3)
     summary.events_per_second = round(summary.events_read / max(summary.seconds, 1e-9), 1)
     (out_dir / SUMMARY_FILE).write_bytes(orjson.dumps(asdict(summary), option=orjson.OPT_INDENT_2))

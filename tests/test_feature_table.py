@@ -157,22 +157,44 @@ def test_an_empty_run_writes_an_empty_table(tmp_path):
 
 def test_a_pending_row_costs_columns_not_objects(tmp_path):
     """What keeps the writer small at a million pages: a page's waiting row is a slot of a
-    few arrays and its URL, well under a kilobyte."""
+    few arrays and its URL's bytes, not Python objects (the URL's str, the page id's int and a
+    dict entry alone would be about 200 bytes a page)."""
     import tracemalloc
 
-    pages = 20_000
-    events = stream(seed=1, fetches=pages, pages=pages)
-    for k, event in enumerate(events):  # every page once: every row waits
-        event["page_id"] = 10**12 + k
-        event["url"] = f"https://a.org/{k}"
-    batches = [columns(events[s : s + 1000]) for s in range(0, pages, 1000)]
+    pages, size = 20_000, 1000
+
+    def batch(start: int) -> ScoredColumns:  # built afresh: the table owns what it keeps
+        events = stream(seed=start, fetches=size, pages=size)
+        for k, event in enumerate(events, start):  # every page once: every row waits
+            event["page_id"] = 10**12 + k
+            event["url"] = f"https://www.example.org/section/article-{k:07d}.html"
+        return columns(events)
+
     table = FeatureTable(tmp_path / "features.parquet", HISTORY)
     tracemalloc.start()
     before = tracemalloc.get_traced_memory()[0]
-    for batch in batches:
-        table.add_batch(batch)
+    for start in range(0, pages, size):
+        table.add_batch(batch(start))
     per_page = (tracemalloc.get_traced_memory()[0] - before) / pages
     tracemalloc.stop()
     table.close()
-    width_bytes = 4 * WIDTH
-    assert per_page < 2 * width_bytes + 400, per_page
+    row_bytes = 4 * WIDTH + 4 * len(CANDIDATES) + 8 * 4 + 8 * 3 + 2 + 1  # the row's arrays
+    url_bytes = len("https://www.example.org/section/article-0000000.html")
+    # the row and its URL, the slots' growth by a quarter, and 30 bytes of bookkeeping
+    assert per_page < 1.25 * (row_bytes + 8 + 1 + 12 + url_bytes) + 30, per_page
+
+
+def test_a_row_keeps_the_url_of_its_own_fetch_when_a_page_url_changes(tmp_path):
+    """The writer keeps a page's URL once and a changed one anew: each row is written with
+    the URL its fetch came with, whatever the batches."""
+    events = stream(seed=5, fetches=300, pages=12)
+    for k, event in enumerate(events):
+        if k % 3 == 0:  # the same page id under another spelling of its URL
+            event["url"] = event["url"] + f"?v={k}"
+    for batch_size in (1, 11, 300):
+        path = tmp_path / f"features-{batch_size}.parquet"
+        table = FeatureTable(path, HISTORY, row_group=50)
+        for start in range(0, len(events), batch_size):
+            table.add_batch(columns(events[start : start + batch_size]))
+        table.close()
+        assert read_rows(path) == expected_rows(events)

@@ -382,3 +382,12 @@ def test_next_switch_names_the_size_where_the_search_changes() -> None:
     assert index.lists == before
     index.upsert(np.arange(119, 120), x[119:120])
     assert index.lists > before and index.retrains == 1 and index.next_switch is None
+
+
+def test_an_index_tells_its_lists_and_the_lists_a_search_probes() -> None:
+    index = FaissIndex(dim=DIM, exact_below=40, nprobe=6, threads=1, retrain_growth=None)
+    x = clustered(80, DIM, seed=6)
+    index.upsert(np.arange(39), x[:39])
+    assert (index.lists, index.probes) == (0, 0)  # exact search
+    index.upsert(np.arange(39, 80), x[39:])
+    assert index.lists == default_nlist(40) and index.probes == min(6, index.lists)
