@@ -67,9 +67,9 @@ class _Block:
     its front (``skip``); ``blob`` caches its encoding (`PendingLabels.block_blob`).
 
     The rows are kept deflated (level 1, by ISA-L: about a fifth of zlib's time for the same
-    size) and inflated when read: a site's whole round
-    waits for its epoch, and at a million pages the float32 rows would be over 300 MB; they
-    are read once, when the epoch takes them. The labels stay as they are (`first` and
+    size) and inflated when read: a site's whole round waits for its epoch, and at a million
+    pages the float32 rows would be over 300 MB; they are read once, when the epoch takes
+    them. The labels stay as they are (`first` and
     `count_before` read them every batch)."""
 
     __slots__ = ("_deflated", "_shape", "blob", "labels", "seq", "skip")

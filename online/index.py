@@ -67,11 +67,6 @@ class VectorIndex(Protocol):
     threads: int
 
     @property
-    def probes(self) -> int:
-        """The IVF lists a search probes (0 while the search is exact)."""
-        return 0 if self._ivf is None else min(self.nprobe, int(self._ivf.nlist))
-
-    @property
     def next_switch(self) -> int | None: ...
 
     def stored(self, vectors: np.ndarray) -> np.ndarray: ...

@@ -76,13 +76,9 @@ def glm_state(model: Any) -> dict[str, Any]:
 
 def set_glm_state(model: Any, state: Mapping[str, Any]) -> None:
     """Put `glm_state`'s weights, intercept and Adam moments back into ``model``."""
-    model._weights = VectorDict(_unpairs(state["weights"]))
-    model.intercept = np.float64(state["intercept"])
-    opt = model.optimizer
-    opt.n_iterations = int(state["n_iterations"])
-    for name in ("m", "v"):
-        pairs = state[name]
-        setattr(opt, name, None if pairs is None else defaultdict(float, _unpairs(pairs)))
+    moments = (None if state[name] is None else _unpairs(state[name]) for name in ("m", "v"))
+    weights, intercept = _unpairs(state["weights"]), np.float64(state["intercept"])
+    restore_glm(model, (weights, intercept, int(state["n_iterations"]), *moments))
 
 
 def glm_snapshot(model: Any) -> tuple[Any, ...]:
