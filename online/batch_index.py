@@ -55,7 +55,7 @@ class BatchIndex:
         if self._writes is None:
             return
         ids = self._writes[0]
-        present = np.array([pid in self.index for pid in ids.tolist()], dtype=bool)
+        present = self.index.contains_many(ids)
         before = self.index.reconstruct_many(ids[present]) if present.any() else None
         self._undo = (ids, present, before)
         self.index.upsert(*self._writes)

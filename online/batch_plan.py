@@ -83,7 +83,10 @@ def plan_batch(
     indexed_fp = {page_ids[url]: fp for url, fp in embed_fp.items()}
     nbrs = dict(stored_nbrs)
     size = len(index)
-    in_index: set[int] = set()
+    # the pages the index holds before the batch (it changes only after the plan), or added
+    # by an earlier event of the batch
+    pids = np.fromiter(page_ids.values(), np.int64, len(page_ids))
+    in_index = set(pids[index.contains_many(pids)].tolist())
     batch_vectors: dict[int, np.ndarray] = {}
     pending = []
     for event in events:
@@ -103,7 +106,7 @@ def plan_batch(
             vector = embed_text(event)
             if vector is None:
                 continue  # text without a single token: nothing to index
-        if changed and pid not in in_index and pid not in index:
+        if changed and pid not in in_index:
             size += 1
             in_index.add(pid)
         current = nbrs.get(pid)

@@ -24,7 +24,6 @@ similarity. This module holds:
 from __future__ import annotations
 
 import math
-from collections.abc import Container
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
@@ -32,6 +31,7 @@ from typing import Protocol, runtime_checkable
 import faiss
 import numpy as np
 
+from online.id_rows import IdRows
 from online.kernels import gather_half
 
 __all__ = [
@@ -54,7 +54,9 @@ class VectorIndex(Protocol):
     (a recrawled page gets a new vector, never a second entry) and, within one call, the
     last occurrence of an id wins. ``search`` returns ``(similarities (n, k) float32,
     ids (n, k) int64)``, best first, leaving ``exclude[i]`` out of row i; missing slots
-    are id -1 with similarity 0. ``reconstruct`` / ``reconstruct_many`` give back stored
+    are id -1 with similarity 0; an approximate index may rank by approximate similarities
+    (the core re-scores its candidates from stored vectors). ``contains_many``: whether each
+    id is indexed (a bool array). ``reconstruct`` / ``reconstruct_many`` give back stored
     vectors (None / KeyError for pages not indexed); ``stored`` gives vectors as the index
     would store them (e.g. rounded to half precision), so a caller can compare its own
     vectors with stored ones on equal terms. ``next_switch``: the size at which the search
@@ -74,6 +76,8 @@ class VectorIndex(Protocol):
     def __len__(self) -> int: ...
 
     def __contains__(self, page_id: object) -> bool: ...
+
+    def contains_many(self, page_ids: np.ndarray) -> np.ndarray: ...
 
     def upsert(self, ids: np.ndarray, vectors: np.ndarray) -> None: ...
 
@@ -239,10 +243,16 @@ class FaissIndex:
     ``threads=1`` because FAISS's OpenMP threads spin-wait for a core that the events reader
     or Redis holds, which makes small upserts many times slower.
 
-    ``storage="float16"`` (the default) keeps vectors in half precision: an IVF scan reads
-    half the memory (faster queries at the same recall) and a replica takes half the RAM.
-    Vectors are rounded on the way in (`stored`); the rounding moves a cosine similarity by
-    about 1e-3 at most.
+    ``storage="float16"`` (the default) keeps vectors in half precision: a replica takes half
+    the RAM. Vectors are rounded on the way in (`stored`); the rounding moves a cosine
+    similarity by about 1e-3 at most. The stored vectors are kept in a table of their own
+    (`reconstruct`; a numpy gather from it is several times cheaper than FAISS's lookups);
+    the IVF lists, which a search scans, keep ``codes="8bit"`` (the default): one byte a
+    dimension, uniform over the range the lists were trained on. That halves the lists'
+    memory against float16 and makes a scan faster, at the price of approximate similarities
+    in `search` (the ids ranked by them); the core re-scores its candidates from the stored
+    vectors, so its related pages are those of the stored vectors whenever the exact ones are
+    among the candidates. ``codes="stored"`` keeps the lists as the vectors are stored.
 
     **Retraining as it grows.** Lists trained on the first ``exact_below`` pages become too
     few and too long as the index grows: a search scans ``nprobe`` lists, so its cost grows
@@ -279,6 +289,7 @@ class FaissIndex:
         seed: int = 0,
         threads: int = 1,
         storage: str = "float16",
+        codes: str = "8bit",
         retrain_growth: float | None = 4.0,
         takeover_growth: float = 1.1,
         train_points_per_list: int = 64,
@@ -287,6 +298,8 @@ class FaissIndex:
             raise ValueError("dim, exact_below, nprobe and threads must be >= 1")
         if storage not in ("float16", "float32"):
             raise ValueError(f"storage must be float16 or float32, not {storage!r}")
+        if codes not in ("8bit", "stored"):
+            raise ValueError(f"codes must be 8bit or stored, not {codes!r}")
         if nlist is not None and not 1 <= nlist <= exact_below:
             raise ValueError("nlist must be between 1 and exact_below")
         if retrain_growth is not None and retrain_growth <= 1.0:
@@ -300,6 +313,7 @@ class FaissIndex:
         self.seed = int(seed)
         self.threads = int(threads)
         self.storage = storage
+        self.codes = codes
         self.retrain_growth = retrain_growth
         self.takeover_growth = float(takeover_growth)
         self.train_points_per_list = int(train_points_per_list)
@@ -307,9 +321,8 @@ class FaissIndex:
         self._retrain_at: int | None = None  # size at which the next retraining starts
         self._retraining: _Retraining | None = None
         faiss.omp_set_num_threads(self.threads)
-        # page id -> row of `_vectors`, where the page's stored vector is kept for
-        # `reconstruct`: a numpy gather here is an order of magnitude cheaper than FAISS's.
-        self._row: dict[int, int] = {}
+        # page id -> row of `_vectors`, where the page's stored vector is kept
+        self._rows_of = IdRows()
         self._vectors = np.empty((0, self.dim), np.float16 if storage == "float16" else np.float32)
         self._used = 0  # rows handed out so far
         self._free: list[int] = []  # rows of removed pages, reused first
@@ -319,13 +332,14 @@ class FaissIndex:
     # -- introspection -------------------------------------------------------------------
 
     def __len__(self) -> int:
-        return len(self._row)
+        return len(self._rows_of)
 
     def __contains__(self, page_id: object) -> bool:
-        try:
-            return int(page_id) in self._row  # type: ignore[call-overload]
-        except (TypeError, ValueError):
-            return False
+        return page_id in self._rows_of
+
+    def contains_many(self, page_ids: np.ndarray) -> np.ndarray:
+        """Whether each page is indexed (bool array)."""
+        return self._rows_of.contains(_as_ids(page_ids))
 
     def __repr__(self) -> str:
         mode = f"ivf nlist={self._ivf.nlist}" if self._ivf is not None else "exact"
@@ -356,23 +370,21 @@ class FaissIndex:
 
     def ids(self) -> np.ndarray:
         """Sorted int64 array of the live page ids."""
-        return np.array(sorted(self._row), dtype=np.int64)
+        return self._rows_of.ids()
 
     def reconstruct(self, page_id: int) -> np.ndarray | None:
         """The stored vector of a page, or None when the page is not indexed."""
-        row = self._row.get(int(page_id))
-        return None if row is None else self._vectors[row].astype(np.float32)
+        rows, found = self._rows_of.find(_as_ids(page_id))
+        return self._vectors[rows[0]].astype(np.float32) if found[0] else None
 
     def reconstruct_many(self, page_ids: np.ndarray) -> np.ndarray:
         """Stored vectors of indexed pages, one row per id (KeyError for an unknown id)."""
         ids = _as_ids(page_ids)
-        try:
-            rows = list(map(self._row.__getitem__, ids.tolist()))
-        except KeyError:
-            missing = [i for i in ids.tolist() if i not in self._row]
-            raise KeyError(f"pages not indexed: {missing[:5]}") from None
+        rows, found = self._rows_of.find(ids)
+        if not found.all():
+            raise KeyError(f"pages not indexed: {ids[~found][:5].tolist()}")
         if self._vectors.dtype == np.float16:  # a table lookup: numpy's cast is 4x slower
-            return gather_half(self._vectors.view(np.uint16), np.array(rows, dtype=np.int64))
+            return gather_half(self._vectors.view(np.uint16), rows)
         return self._vectors[rows]
 
     def stored(self, vectors: np.ndarray) -> np.ndarray:
@@ -399,7 +411,7 @@ class FaissIndex:
             limit = self._next_threshold()
             split = len(ids) if limit is None else self._threshold_split(ids, limit)
             self._apply_upsert(ids[:split], vectors[:split])
-            if limit is not None and len(self._row) >= limit:
+            if limit is not None and len(self) >= limit:
                 self._at_threshold()
             ids, vectors = ids[split:], vectors[split:]
 
@@ -414,18 +426,18 @@ class FaissIndex:
     def remove(self, ids: np.ndarray) -> None:
         """Remove pages; ids that are not indexed are ignored."""
         ids = _as_ids(ids)
-        present = [i for i in dict.fromkeys(ids.tolist()) if i in self._row]
-        if not present:
+        _, first = np.unique(ids, return_index=True)
+        ids = ids[np.sort(first)]
+        arr = ids[self.contains_many(ids)]
+        if not len(arr):
             return
-        arr = np.array(present, dtype=np.int64)
         if self._ivf is None:
             self._flat.remove_ids(arr)
         else:
             self._ivf_remove(arr)
             if self._retraining is not None:
                 self._retraining.changes.append((arr, None))
-        for page in present:
-            self._free.append(self._row.pop(page))
+        self._free.extend(self._rows_of.remove(arr).tolist())
 
     def _next_threshold(self) -> int | None:
         """The next size at which the index changes: the switch to IVF, a retraining's
@@ -447,13 +459,11 @@ class FaissIndex:
 
     def _threshold_split(self, ids: np.ndarray, limit: int) -> int:
         """Length of the prefix of ``ids`` after which the index holds ``limit`` pages."""
-        room = limit - len(self._row)
+        room = limit - len(self)
         _, first = np.unique(ids, return_index=True)
         is_first = np.zeros(len(ids), dtype=bool)
         is_first[first] = True
-        new = is_first & np.fromiter(
-            (i not in self._row for i in ids.tolist()), dtype=bool, count=len(ids)
-        )
+        new = is_first & ~self.contains_many(ids)
         grown = np.cumsum(new)
         reach = np.flatnonzero(grown >= room)
         return int(reach[0]) + 1 if len(reach) else len(ids)
@@ -466,7 +476,7 @@ class FaissIndex:
         rev_unique, rev_first = np.unique(ids[::-1], return_index=True)
         keep = np.sort(len(ids) - 1 - rev_first)
         ids, vectors = ids[keep], vectors[keep]
-        replaced = np.array([i for i in rev_unique.tolist() if i in self._row], dtype=np.int64)
+        replaced = rev_unique[self.contains_many(rev_unique)]
         if len(replaced):
             self._flat.remove_ids(replaced)
         self._flat.add_with_ids(vectors, ids)
@@ -475,13 +485,12 @@ class FaissIndex:
     def _upsert_ivf(self, ids: np.ndarray, vectors: np.ndarray) -> None:
         if not len(ids):
             return
-        self._upsert_ivf_lists(ids, vectors, self._row)
+        self._upsert_ivf_lists(ids, vectors, self.contains_many(ids))
         self._remember(ids, vectors)
 
-    def _upsert_ivf_lists(
-        self, ids: np.ndarray, vectors: np.ndarray, members: Container[int]
-    ) -> None:
-        """Add pages to the IVF lists, replacing those in ``members`` (the pages indexed).
+    def _upsert_ivf_lists(self, ids: np.ndarray, vectors: np.ndarray, indexed: np.ndarray) -> None:
+        """Add pages to the IVF lists, replacing those ``indexed`` marks (bool a page: it was
+        indexed before these).
 
         IVF removal swaps the list's last entry into the hole, so a replacement must be
         removed right before its own add for the lists to end up in the same order as with
@@ -505,8 +514,8 @@ class FaissIndex:
 
         seen: set[int] = set()
         start = 0
-        for pos, page in enumerate(ids.tolist()):
-            if page in members or page in seen:
+        for pos, (page, was) in enumerate(zip(ids.tolist(), indexed.tolist(), strict=True)):
+            if was or page in seen:
                 if pos > start:
                     add(start, pos)
                 self._ivf_remove(ids[pos : pos + 1])
@@ -519,18 +528,17 @@ class FaissIndex:
         """Keep the pages' stored vectors for `reconstruct` (an id's last vector wins)."""
         rev_unique, rev_first = np.unique(ids[::-1], return_index=True)
         last = len(ids) - 1 - rev_first
-        rows = np.empty(len(rev_unique), dtype=np.int64)
-        row_of, free = self._row, self._free
-        for at, page in enumerate(rev_unique.tolist()):
-            row = row_of.get(page)
-            if row is None:
-                if free:
-                    row = free.pop()
-                else:
-                    row = self._used
-                    self._used += 1
-                row_of[page] = row
-            rows[at] = row
+        rows, found = self._rows_of.find(rev_unique)
+        new = rev_unique[~found]
+        if len(new):  # removed pages' rows first, the last freed first, then fresh ones
+            reused = min(len(new), len(self._free))
+            new_rows = np.empty(len(new), dtype=np.int64)
+            new_rows[:reused] = self._free[::-1][:reused]
+            del self._free[len(self._free) - reused :]
+            new_rows[reused:] = np.arange(self._used, self._used + len(new) - reused)
+            self._used += len(new) - reused
+            rows[~found] = new_rows
+            self._rows_of.insert(new, new_rows)
         if self._used > len(self._vectors):  # by a quarter: the slack is memory at the peak
             size = max(len(self._vectors) + len(self._vectors) // 4, self._used, 1024)
             grown = np.empty((size, self.dim), dtype=self._vectors.dtype)
@@ -561,18 +569,17 @@ class FaissIndex:
         """Retrain once the index holds ``retrain_growth`` times the pages it has now."""
         if self.nlist is not None or self.retrain_growth is None:
             return
-        self._retrain_at = math.ceil(self.retrain_growth * max(len(self._row), 1))
+        self._retrain_at = math.ceil(self.retrain_growth * max(len(self), 1))
 
     def _start_retraining(self) -> None:
         """Train and fill a new IVF index on the vectors indexed now, in the background, if
         this size calls for more lists than the current index has."""
-        size = len(self._row)
+        size = len(self)
         nlist = default_nlist(size)
         if nlist <= self.lists:
             self._schedule_retraining()
             return
-        ids = np.fromiter(self._row.keys(), dtype=np.int64, count=size)
-        rows = np.fromiter(self._row.values(), dtype=np.int64, count=size)
+        ids, rows = self._rows_of.items()
         order = np.argsort(rows, kind="stable")  # row order: how the pages arrived
         ids, vectors = ids[order], self._vectors[rows[order]].astype(np.float32)
         sample = min(size, nlist * self.train_points_per_list)
@@ -599,13 +606,14 @@ class FaissIndex:
                 self._ivf_remove(ids)
                 members.difference_update(ids.tolist())
             else:
-                self._upsert_ivf_lists(ids, vectors, members)
+                indexed = np.fromiter((i in members for i in ids.tolist()), bool, len(ids))
+                self._upsert_ivf_lists(ids, vectors, indexed)
                 members.update(ids.tolist())
         self.retrains += 1
         self._schedule_retraining()
 
     def _ivf_params(self, nlist: int) -> _IVFParams:
-        return _IVFParams(self.dim, nlist, self.storage, self.seed)
+        return _IVFParams(self.dim, nlist, self.storage, self.codes, self.seed)
 
     # -- search --------------------------------------------------------------------------
 
@@ -619,7 +627,7 @@ class FaissIndex:
         n = len(queries)
         if exclude is not None and np.size(exclude) != n:
             raise ValueError("exclude needs one id per query")
-        if k == 0 or n == 0 or not self._row:
+        if k == 0 or n == 0 or not len(self):
             return np.zeros((n, k), np.float32), np.full((n, k), -1, np.int64)
         extra = 0 if exclude is None else 1
         if self._ivf is not None:
@@ -633,6 +641,7 @@ class _IVFParams:
     dim: int
     nlist: int
     storage: str
+    codes: str
     seed: int
 
 
@@ -642,7 +651,19 @@ def _build_ivf(
     """An IVF index with ``params.nlist`` lists trained on ``train`` and holding ``vectors``
     under ``ids``, with a hash-table direct map so pages can be replaced and removed."""
     quantizer = faiss.IndexFlatIP(params.dim)
-    if params.storage == "float16":
+    if params.codes == "8bit":
+        ivf = faiss.IndexIVFScalarQuantizer(
+            quantizer,
+            params.dim,
+            params.nlist,
+            faiss.ScalarQuantizer.QT_8bit_uniform,  # one range for all dimensions: fastest
+            faiss.METRIC_INNER_PRODUCT,
+            False,
+        )
+        # the trained range widened by a fifth each side: later pages' vectors may reach past
+        # the first pages' (a code past the range is clamped), at a step 1.4 x as coarse
+        ivf.sq.rangestat_arg = 0.2
+    elif params.storage == "float16":
         ivf = faiss.IndexIVFScalarQuantizer(
             quantizer,
             params.dim,

@@ -48,6 +48,13 @@ DEFAULT_DRIFT_SIMILARITY = 0.995
 DEFAULT_DRIFT_GROWTH = 1.1
 
 
+def candidates_searched(k: int) -> int:
+    """The candidates a search asks the index for to find ``k`` related pages: the margin
+    and the slack above, and the page itself (left out by the index); all are re-scored
+    from the stored vectors."""
+    return k + _MARGIN + 1 + _SLACK
+
+
 def moved_materially(
     vector: np.ndarray, found_with: np.ndarray | None, threshold: float, found_cos: float = 1.0
 ) -> bool:
@@ -156,13 +163,13 @@ def start_search(
     queries = index.stored(np.stack([p.planned_vector() for p in todo]))
     ids = np.array([p.page_id for p in todo], dtype=np.int64)
     size_before = len(index)
-    in_index = np.array([pid in index for pid in ids.tolist()], dtype=bool)
+    in_index = index.contains_many(ids)
     # A row "moves" its page when it brings a vector other than the indexed one.
     moved = np.array([p.vector_fp != p.indexed_fp for p in todo], dtype=bool)
     # Candidates from the pre-batch index, without pages moved by an earlier row: a few more
     # than needed, and the rows that lose more than those searched again (`finish_search`).
     widest = min(k + _MARGIN + 1 + int((moved & in_index).sum()), size_before)
-    base_k = min(k + _MARGIN + 1 + _SLACK, widest)
+    base_k = min(candidates_searched(k), widest)
     asks = np.array([row for row, p in enumerate(todo) if p.search], dtype=np.int64)
     search = Search(todo, queries, ids, asks, size_before, in_index, moved, base_k, widest)
     if base_k > 0:

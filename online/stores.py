@@ -19,7 +19,8 @@ from online.features import LOOKAROUND_WIDE, N_STATS
 from online.history import PageState
 from online.history import from_bytes as state_from_bytes
 from online.history import to_bytes as state_to_bytes
-from online.links import url_id
+from online.id_rows import IdRows
+from online.links import sibling_key_id, url_id
 from online.related_updates import GroupGain, SiblingFollow, SiblingGroup
 from online.schedule import Allocation
 
@@ -378,10 +379,9 @@ class MemoryPageStore:
         self.allocation: Allocation | None = None
         self._stats = np.full((1024, N_STATS), np.nan, dtype=np.float32)
         self._stats_used = 0
-        # Sorted page ids and their stats rows: a batch's ~20k neighbour lookups are one
-        # binary search instead of 20k dict lookups, and no dict entry a page.
-        self._sorted_ids = np.empty(0, dtype=np.int64)
-        self._sorted_rows = np.empty(0, dtype=np.int64)
+        # page id -> stats row: a batch's ~20k neighbour lookups are one binary search
+        # instead of 20k dict lookups, and no dict entry a page
+        self._stats_rows = IdRows()
 
     def get_states(self, urls: Sequence[str]) -> list[PageState | None]:
         return [self.states.get(url) for url in urls]
@@ -390,19 +390,10 @@ class MemoryPageStore:
         return [self.neighbours.get(pid) for pid in page_ids]
 
     def get_stats(self, page_ids: np.ndarray) -> np.ndarray:
-        rows, found = self._stats_rows(np.asarray(page_ids, dtype=np.int64))
+        rows, found = self._stats_rows.find(np.asarray(page_ids, dtype=np.int64))
         out = self._stats[rows]
         out[~found] = np.nan
         return out
-
-    def _stats_rows(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Each page's row of the stats matrix (0 where it has none) and whether it has one."""
-        known = self._sorted_ids
-        if not len(known):
-            return np.zeros(len(ids), dtype=np.int64), np.zeros(len(ids), dtype=bool)
-        pos = np.minimum(np.searchsorted(known, ids), len(known) - 1)
-        found = known[pos] == ids
-        return np.where(found, self._sorted_rows[pos], 0), found
 
     def get_rows(self, page_ids: Sequence[int]) -> list[np.ndarray | None]:
         return [self.rows.get(pid) for pid in page_ids]
@@ -421,10 +412,10 @@ class MemoryPageStore:
 
     def stats_ids(self) -> np.ndarray:
         """The ids of the pages with a stats row, ascending."""
-        return self._sorted_ids.copy()
+        return self._stats_rows.ids()
 
     def stats(self, page_id: int) -> np.ndarray | None:
-        rows, found = self._stats_rows(np.array([page_id], dtype=np.int64))
+        rows, found = self._stats_rows.find(np.array([page_id], dtype=np.int64))
         return self._stats[rows[0]].copy() if found[0] else None
 
     def write(self, writes: PageWrites) -> None:
@@ -432,21 +423,15 @@ class MemoryPageStore:
         if not writes.stats:
             return
         ids = np.fromiter(writes.stats, dtype=np.int64, count=len(writes.stats))
-        rows, found = self._stats_rows(ids)
-        added = ids[~found]  # in the batch's order: a dict holds one row per page
-        rows[~found] = np.arange(self._stats_used, self._stats_used + len(added))
-        self._stats_used += len(added)
+        known = len(self._stats_rows)
+        rows = self._stats_rows.number(ids, start=self._stats_used)  # new pages in batch order
+        self._stats_used += len(self._stats_rows) - known
         if self._stats_used > len(self._stats):  # by a quarter: the slack is memory at the peak
             size = max(len(self._stats) + len(self._stats) // 4, self._stats_used)
             grown = np.full((size, N_STATS), np.nan, dtype=np.float32)
             grown[: len(self._stats)] = self._stats
             self._stats = grown
         self._stats[rows] = np.stack(list(writes.stats.values()))  # one assignment
-        if len(added):
-            order = np.argsort(added)
-            at = np.searchsorted(self._sorted_ids, added[order])
-            self._sorted_ids = np.insert(self._sorted_ids, at, added[order])
-            self._sorted_rows = np.insert(self._sorted_rows, at, rows[~found][order])
 
     def __len__(self) -> int:
         return len(self.states)
@@ -497,8 +482,6 @@ def rows_from_records(blobs: Sequence[bytes | None]) -> list[np.ndarray | None]:
 #: state, related pages, feature row), 0 for one it does not hold; the sections follow.
 _RECORD_HEAD = struct.Struct("<III")
 _STATE, _RELATED, _ROW = 0, 1, 2
-#: A sibling group of one whose member is its home page (``https://`` + its key).
-_HOME_ALONE = ""
 
 
 class CompactMemoryPageStore(MemoryPageStore):
@@ -509,7 +492,9 @@ class CompactMemoryPageStore(MemoryPageStore):
     A decoded history state, related-page list and feature row take ~2.8 kB of Python objects
     a page, and a replay of a million pages keeps them all; three dicts of bytes (one keyed
     by URL) still took ~0.5 kB a page in keys, entries and object heads on top of the bytes.
-    A sibling group of one page, its home page (most groups), is kept as its key alone.
+    Sibling groups are kept by their key's id (`sibling_key_id`); a group of one page, its
+    home page (``https://`` + its key: most groups), as that id alone in a sorted array, 16 B
+    where a dict entry keyed by the key took about 170.
     Every encoding reads back exactly what was written, so the scores are those of
     `MemoryPageStore` (and of the Redis store).
     """
@@ -517,7 +502,8 @@ class CompactMemoryPageStore(MemoryPageStore):
     def __init__(self) -> None:
         super().__init__()
         self._records: dict[int, bytes] = {}
-        self._groups: dict[str, str | list[str]] = {}
+        self._groups: dict[int, str | list[str]] = {}  # by key id: all but the home-alone
+        self._alone = IdRows()  # the key ids of the groups that are their home page alone
         self._pages = 0  # records holding a history state
 
     def _section(self, page_id: int, which: int) -> bytes | None:
@@ -552,12 +538,17 @@ class CompactMemoryPageStore(MemoryPageStore):
         return rows_from_records([self._section(pid, _ROW) for pid in page_ids])
 
     def get_siblings(self, keys: Sequence[str]) -> list[SiblingGroup]:
-        return [sibling_group(self._members(key), self.gains.get(key)) for key in keys]
+        ids = np.fromiter(map(sibling_key_id, keys), np.int64, len(keys))
+        alone = self._alone.contains(ids)
+        return [
+            sibling_group(self._members(key, kid, home), self.gains.get(key))
+            for key, kid, home in zip(keys, ids.tolist(), alone.tolist(), strict=True)
+        ]
 
-    def _members(self, key: str) -> Sequence[str]:
-        group = self._groups.get(key, ())
-        if group == _HOME_ALONE:
+    def _members(self, key: str, key_id: int, alone: bool) -> Sequence[str]:
+        if alone:
             return (f"https://{key}",)
+        group = self._groups.get(key_id, ())
         return (group,) if isinstance(group, str) else group
 
     def write(self, writes: PageWrites) -> None:
@@ -574,18 +565,30 @@ class CompactMemoryPageStore(MemoryPageStore):
             parts = [o if n is None else n for n, o in zip(new, old, strict=True)]
             self._pages += bool(parts[_STATE]) and not old[_STATE]
             self._records[pid] = _RECORD_HEAD.pack(*map(len, parts)) + b"".join(parts)
-        for key, urls in writes.siblings.items():
-            self._add_members(key, urls)
+        if writes.siblings:
+            self._add_members(writes.siblings)
 
-    def _add_members(self, key: str, urls: Sequence[str]) -> None:
-        group = self._groups.get(key)
-        if group is None and len(urls) == 1:
-            alone = urls[0] == f"https://{key}"
-            self._groups[key] = _HOME_ALONE if alone else urls[0]
-            return
-        members = list(self._members(key)) if isinstance(group, str) else group or []
-        members.extend(urls)
-        self._groups[key] = members
+    def _add_members(self, siblings: dict[str, list[str]]) -> None:
+        """Pages join their sibling groups; the home-alone array changes once a batch."""
+        keys = list(siblings)
+        ids = np.fromiter(map(sibling_key_id, keys), np.int64, len(keys))
+        alone = self._alone.contains(ids)
+        joined, left = [], []
+        for key, kid, was_alone in zip(keys, ids.tolist(), alone.tolist(), strict=True):
+            urls = siblings[key]
+            group = self._groups.get(kid)
+            if group is None and not was_alone and len(urls) == 1:
+                if urls[0] == f"https://{key}":
+                    joined.append(kid)
+                else:
+                    self._groups[kid] = urls[0]
+                continue
+            if was_alone:
+                left.append(kid)
+            members = list(self._members(key, kid, was_alone))
+            self._groups[kid] = members + list(urls)
+        self._alone.remove(np.array(left, dtype=np.int64))
+        self._alone.insert(np.array(joined, dtype=np.int64), np.zeros(len(joined), np.int64))
 
     def __len__(self) -> int:
         return self._pages

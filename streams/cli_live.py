@@ -18,6 +18,7 @@ from rich.console import Console
 
 from batch.reader import _lines, open_events
 from online.errors import InputError
+from streams.heap import fix_mmap_threshold
 from streams.kafka_io import ensure_topics, kafka_python_options, tansu_command, wait_for_port
 from streams.logs import logging_config, setup_logging
 from streams.replay import nothing_accepted
@@ -99,6 +100,7 @@ def worker(
         created = ensure_topics(settings)
         if created:
             log.info("created topics", extra={"topics": created})
+    fix_mmap_threshold()  # batch-sized arrays freed go back to the system (streams.heap)
     app = create_app(settings)
     w = BoundedStopWorker(
         app,

@@ -22,6 +22,7 @@ import pyarrow.parquet as pq
 
 from online.candidates import CANDIDATES
 from online.features import feature_names
+from online.id_rows import IdRows
 from online.scored import ScoredColumns
 
 #: the float64 columns of a row's values, in `ScoredColumns.values` order
@@ -142,7 +143,7 @@ class FeatureTable:
         self.row_group = row_group
         self.rows = 0
         self.labelled = 0
-        self._slots_of = _SlotIndex()  # page id -> slot
+        self._slots_of = IdRows()  # page id -> slot, numbered in the order pages first came
         self._urls = _UrlColumn()  # slot -> the pending row's URL
         self._waiting = np.zeros(0, bool)  # slot -> whether a row is pending there
         self._seq = 0
@@ -202,9 +203,10 @@ class FeatureTable:
         self._seq += n
 
     def _slots(self, page_ids: list[int]) -> list[int]:
-        slots = self._slots_of.slots(np.fromiter(page_ids, np.int64, len(page_ids)))
-        if self._slots_of.size > self._capacity:  # by a quarter: the slack is memory at the peak
-            self._grow(max(self._capacity + self._capacity // 4, self._slots_of.size, 1024))
+        seen = len(self._slots_of)
+        slots = self._slots_of.number(np.fromiter(page_ids, np.int64, len(page_ids)), seen)
+        if len(self._slots_of) > self._capacity:  # by a quarter: the slack is memory at the peak
+            self._grow(max(self._capacity + self._capacity // 4, len(self._slots_of), 1024))
         return slots.tolist()
 
     def _grow(self, capacity: int) -> None:
@@ -256,34 +258,6 @@ class FeatureTable:
         self._waiting[:] = False
         self._flush()
         self.writer.close()
-
-
-class _SlotIndex:
-    """Page id -> slot, numbered in the order pages first came, as sorted arrays: a dict of
-    a million pages would take about 100 bytes a page."""
-
-    def __init__(self) -> None:
-        self._ids = np.empty(0, np.int64)  # sorted
-        self._slots = np.empty(0, np.int64)  # the slot of each of `_ids`
-        self.size = 0
-
-    def slots(self, ids: np.ndarray) -> np.ndarray:
-        """The slots of ``ids`` (int64), new ones numbered on."""
-        known = self._ids
-        at = np.minimum(np.searchsorted(known, ids), max(len(known) - 1, 0))
-        found = known[at] == ids if len(known) else np.zeros(len(ids), bool)
-        out = np.empty(len(ids), np.int64)
-        out[found] = self._slots[at[found]]
-        if not found.all():
-            new, first, inverse = np.unique(ids[~found], return_index=True, return_inverse=True)
-            numbered = np.empty(len(new), np.int64)
-            numbered[np.argsort(first, kind="stable")] = np.arange(len(new)) + self.size
-            out[~found] = numbered[inverse]
-            where = np.searchsorted(known, new)
-            self._ids = np.insert(known, where, new)
-            self._slots = np.insert(self._slots, where, numbered)
-            self.size += len(new)
-        return out
 
 
 class _UrlColumn:

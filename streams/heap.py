@@ -21,18 +21,49 @@ from collections.abc import Callable
 TRIM_EVERY_EVENTS = 50_000
 
 
-def _find_malloc_trim() -> Callable[[int], int] | None:
+#: Blocks at least this large get pages of their own (mmap), handed back when freed: an
+#: epoch's chunks of rows and a search's gathers are larger; a batch's arrays (1 to 2 MB)
+#: are not, since fresh pages cost a fault each and a lower bound slowed the replay
+#: measurably (docs/benchmarks.md)
+MMAP_THRESHOLD_BYTES = 4 << 20
+_M_MMAP_THRESHOLD = -3  # mallopt's parameter number (glibc's malloc.h)
+
+
+def _libc() -> ctypes.CDLL | None:
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
     except OSError:
         return None
-    trim = getattr(libc, "malloc_trim", None)
+
+
+def _find_malloc_trim() -> Callable[[int], int] | None:
+    trim = getattr(_libc(), "malloc_trim", None)
     if trim is not None:
         trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
     return trim
 
 
+def _find_mallopt() -> Callable[[int, int], int] | None:
+    mallopt = getattr(_libc(), "mallopt", None)
+    if mallopt is not None:
+        mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    return mallopt
+
+
 _MALLOC_TRIM = _find_malloc_trim()
+_MALLOPT = _find_mallopt()
+
+
+def fix_mmap_threshold(nbytes: int = MMAP_THRESHOLD_BYTES) -> bool:
+    """Give every block of ``nbytes`` or more pages of its own, for good; True if set.
+
+    glibc starts with 128 kB, but raises the bound to the size of any such block freed (up
+    to 32 MB). After the first large array freed, a replay's arrays of several MB (an epoch's
+    chunk of 16,384 rows, a search's gathered candidates) come from the heap instead, and
+    once freed they stay there as holes between long-lived page records until a trim; an
+    epoch's passes over a million labels pile up hundreds of MB so. A fixed bound keeps them
+    out of the heap."""
+    return _MALLOPT is not None and bool(_MALLOPT(_M_MMAP_THRESHOLD, nbytes))
 
 
 def release_free_heap() -> bool:

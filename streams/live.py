@@ -427,7 +427,7 @@ class LiveProcessor:
         while True:
             attempt += 1
             ids = np.unique(np.fromiter((f.page_id for f in fetches), np.int64, len(fetches)))
-            present = np.array([pid in self.index for pid in ids.tolist()], dtype=bool)
+            present = self.index.contains_many(ids)
             before = self.index.reconstruct_many(ids[present]) if present.any() else None
             try:
                 isolated = self.pipeline.process_isolated(fetches)
@@ -465,9 +465,10 @@ class LiveProcessor:
 
     def _rollback(self, ids: np.ndarray, present: np.ndarray, before: np.ndarray | None) -> None:
         """Put the replica back as it was before a failed attempt (its pages only)."""
-        added = [pid for pid in ids[~present].tolist() if pid in self.index]
-        if added:
-            self.index.remove(np.array(added, dtype=np.int64))
+        added = ids[~present]
+        added = added[self.index.contains_many(added)]
+        if len(added):
+            self.index.remove(added)
         if before is not None:
             self.index.upsert(ids[present], before)
 

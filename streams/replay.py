@@ -39,7 +39,7 @@ from online.pipeline import PagePipeline, PipelineConfig
 from online.scorers import DEFAULT_SCORER
 from streams.composition import build_pipeline
 from streams.gcpolicy import frozen_survivors
-from streams.heap import HeapTrimmer
+from streams.heap import HeapTrimmer, fix_mmap_threshold
 from streams.maththreads import single_math_thread
 from streams.run_outputs import RunOutputs
 
@@ -135,6 +135,7 @@ def replay(
     outputs = RunOutputs(out_dir, config.history, parallel=bool(parallel))
     total = events_file.stat().st_size if batches is None else None
     trimmer = HeapTrimmer()  # the free pages between the page records back to the system
+    fix_mmap_threshold()  # and batch-sized arrays never in the heap (see streams.heap)
     with (
         single_math_thread(),
         frozen_survivors() as settle,

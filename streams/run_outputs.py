@@ -24,7 +24,7 @@ from batch.helper_processes import run_as_helper
 from batch.rundir import FEATURES_FILE, PRIORITIES_FILE
 from online.scored import ScoredColumns
 from streams.feature_table import FeatureTable
-from streams.heap import HeapTrimmer
+from streams.heap import HeapTrimmer, fix_mmap_threshold
 
 
 class _Outputs:
@@ -127,6 +127,7 @@ def _serve(queue: mp.Queue, result: mp.Queue, parent_pid: int, out_dir: Path, hi
     try:
         outputs = _Outputs(out_dir, history)
         trimmer = HeapTrimmer()  # the held rows stay; the batches' free pages go back
+        fix_mmap_threshold()  # and batch-sized arrays never in the heap (see streams.heap)
         while (batch := queue.get()) is not None:
             outputs.write(batch)
             trimmer.count(len(batch.urls))

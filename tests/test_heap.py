@@ -69,3 +69,44 @@ def test_the_trimmer_trims_once_every_so_many_events(monkeypatch) -> None:
     with pytest.raises(ValueError, match="every"):
         HeapTrimmer(every=0)
     assert isinstance(release_free_heap(), bool)
+
+
+_BATCH_ARRAYS = """
+import sys
+import numpy as np
+from streams.heap import fix_mmap_threshold
+
+def rss():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmRSS"):
+            return int(line.split()[1]) * 1024
+
+fixed = fix_mmap_threshold() if sys.argv[1] == "fixed" else False
+big = np.ones(20 << 20, np.uint8)
+del big  # one big block freed: glibc raises its mmap bound past the arrays below
+kept, arrays = [], []
+for _ in range(30):  # arrays of several MB between long-lived small objects
+    arrays.append(np.ones(6 << 20, np.uint8))
+    kept.append([bytes(2000) for _ in range(50)])
+before = rss()
+del arrays
+print(fixed, before, rss())
+"""
+
+
+@pytest.mark.skipif(
+    not sys.platform.startswith("linux") or not _trim_available(),
+    reason="mallopt's mmap threshold is glibc's (Linux)",
+)
+def test_a_fixed_mmap_threshold_hands_freed_batch_arrays_back() -> None:
+    """180 MB of 6 MB arrays between survivors: with glibc's moving bound they come from the
+    heap and stay when freed; with the bound fixed they go back at once."""
+    freed = {}
+    for mode in ("default", "fixed"):
+        out = subprocess.run(
+            [sys.executable, "-c", _BATCH_ARRAYS, mode], capture_output=True, text=True, check=True
+        ).stdout.split()
+        assert (out[0] == "True") == (mode == "fixed")
+        freed[mode] = int(out[1]) - int(out[2])
+    assert freed["fixed"] > 150 * 1024**2, freed
+    assert freed["default"] < 50 * 1024**2, freed  # what the fix is for

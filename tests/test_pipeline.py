@@ -393,18 +393,23 @@ def test_the_compact_memory_store_gives_back_sibling_groups_as_written() -> None
         "b.org/y": ["http://b.org/y"],  # not its home (http): the URL is kept
         "c.org/z": ["https://c.org/z", "https://c.org/z?lang=de"],
     }
-    later = {"a.org/x": ["https://a.org/x?lang=fr"], "b.org/y": ["https://de.b.org/y"]}
+    later = {
+        "a.org/x": ["https://a.org/x?lang=fr"],  # no longer alone
+        "b.org/y": ["https://de.b.org/y"],
+        "e.org/w": ["https://e.org/w"],  # alone from the second batch on
+    }
     stores = (MemoryPageStore(), CompactMemoryPageStore())
     for store in stores:
         for siblings in (first, later):
             store.write(PageWrites({}, {}, {}, siblings={k: list(v) for k, v in siblings.items()}))
-    keys = ["a.org/x", "b.org/y", "c.org/z", "d.org/none"]
+    keys = ["a.org/x", "b.org/y", "c.org/z", "d.org/none", "e.org/w"]
     expected, got = (store.get_siblings(keys) for store in stores)
     assert [g.urls for g in got] == [g.urls for g in expected]
     assert [g.urls for g in got][:2] == [
         ("https://a.org/x", "https://a.org/x?lang=fr"),
         ("http://b.org/y", "https://de.b.org/y"),
     ]
+    assert [g.urls for g in got][3:] == [(), ("https://e.org/w",)]
     for mine, theirs in zip(got, expected, strict=True):
         assert np.array_equal(mine.ids, theirs.ids)
 

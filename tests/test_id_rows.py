@@ -1,0 +1,57 @@
+"""IdRows against a dict: any sequence of numbering, inserts and removals."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from online.id_rows import IdRows
+
+page_ids = st.lists(st.integers(-(2**63), 2**63 - 1) | st.integers(0, 40), max_size=30)
+steps = st.lists(st.tuples(st.sampled_from(["number", "remove"]), page_ids), max_size=12)
+
+
+@settings(max_examples=200, deadline=None)
+@given(steps)
+def test_any_sequence_matches_a_dict(operations: list[tuple[str, list[int]]]) -> None:
+    rows, model = IdRows(), {}
+    next_row = 100
+    for op, ids in operations:
+        arr = np.array(ids, dtype=np.int64)
+        if op == "number":
+            got = rows.number(arr, start=next_row)
+            for page in ids:  # new pages numbered in the order they first appear
+                if page not in model:
+                    model[page] = next_row
+                    next_row += 1
+            assert got.tolist() == [model[page] for page in ids]
+        else:
+            got = rows.remove(arr)
+            expected = [model.pop(page) for page in dict.fromkeys(ids) if page in model]
+            assert got.tolist() == expected
+        assert len(rows) == len(model)
+        assert rows.ids().tolist() == sorted(model)
+        ids_now, rows_now = rows.items()
+        assert dict(zip(ids_now.tolist(), rows_now.tolist(), strict=True)) == model
+        probe = np.array([*ids, 7, -3], dtype=np.int64)
+        found_rows, found = rows.find(probe)
+        assert found.tolist() == [int(p) in model for p in probe]
+        assert found_rows.tolist() == [model.get(int(p), 0) for p in probe]
+        assert rows.contains(probe).tolist() == found.tolist()
+
+
+def test_membership_of_odd_keys_is_false_not_an_error() -> None:
+    rows = IdRows()
+    rows.insert(np.array([5]), np.array([0]))
+    assert 5 in rows and np.int64(5) in rows
+    assert "5x" not in rows and None not in rows and 2**70 not in rows
+
+
+def test_insert_keeps_the_given_rows_whatever_the_order() -> None:
+    rows = IdRows()
+    rows.insert(np.array([9, 3, 6]), np.array([0, 1, 2]))
+    assert rows.find(np.array([3, 6, 9]))[0].tolist() == [1, 2, 0]
+    with pytest.raises(ValueError):
+        rows.insert(np.array([1, 2]), np.array([0]))
