@@ -378,7 +378,6 @@ class MemoryPageStore:
         self.follow: SiblingFollow | None = None
         self.allocation: Allocation | None = None
         self._stats = np.full((1024, N_STATS), np.nan, dtype=np.float32)
-        self._stats_used = 0
         # page id -> stats row: a batch's ~20k neighbour lookups are one binary search
         # instead of 20k dict lookups, and no dict entry a page
         self._stats_rows = IdRows()
@@ -423,11 +422,11 @@ class MemoryPageStore:
         if not writes.stats:
             return
         ids = np.fromiter(writes.stats, dtype=np.int64, count=len(writes.stats))
-        known = len(self._stats_rows)
-        rows = self._stats_rows.number(ids, start=self._stats_used)  # new pages in batch order
-        self._stats_used += len(self._stats_rows) - known
-        if self._stats_used > len(self._stats):  # by a quarter: the slack is memory at the peak
-            size = max(len(self._stats) + len(self._stats) // 4, self._stats_used)
+        # a stats row a page, never freed: new pages take the next rows, in batch order
+        rows = self._stats_rows.number(ids, start=len(self._stats_rows))
+        used = len(self._stats_rows)
+        if used > len(self._stats):  # by a quarter: the slack is memory at the peak
+            size = max(len(self._stats) + len(self._stats) // 4, used)
             grown = np.full((size, N_STATS), np.nan, dtype=np.float32)
             grown[: len(self._stats)] = self._stats
             self._stats = grown
