@@ -9,7 +9,7 @@ pages the setting's list also holds, averaged over those pages), the neighbour s
 events per second and the CPU-seconds spent in the pipeline.
 
     python bench/drift_neighbours.py [--pages 10000] [--crawls 10] [--drift 0.02]
-        [--thresholds 0.999 0.995 0.99 0.98 0.95] [--events FILE]
+        [--thresholds 0.999 0.995 0.99 0.98 0.95] [--events FILE] [--compact-store]
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from online.features import DEFAULT_NEIGHBOURS
 from online.fetch import Fetch
 from online.neighbour_search import DEFAULT_DRIFT_GROWTH
 from online.pipeline import PagePipeline, PipelineConfig
-from online.stores import MemoryPageStore
+from online.stores import ID_PREFIX_SHIFT, PageStore
 from streams.composition import build_pipeline
 from streams.maththreads import single_math_thread
 
@@ -50,10 +50,8 @@ class Run:
     compared: int = 0
 
     @property
-    def store(self) -> MemoryPageStore:
-        store = self.pipeline.store
-        assert isinstance(store, MemoryPageStore)
-        return store
+    def store(self) -> PageStore:
+        return self.pipeline.store
 
 
 def load(events: Path, batch_size: int, dim: int) -> list[list[Fetch]]:
@@ -62,15 +60,18 @@ def load(events: Path, batch_size: int, dim: int) -> list[list[Fetch]]:
     return [b.fetches for b in batches if b.fetches]
 
 
-def recall(reference: MemoryPageStore, other: MemoryPageStore, pages: list[int]) -> list[float]:
-    """Per page with related pages in ``reference``: the share of them ``other`` lists too."""
+def recall(reference: PageStore, other: PageStore, pages: list[int]) -> list[float]:
+    """Per page with related pages in ``reference``: the share of them ``other`` lists too
+    (by the ids' top bits where a list keeps only those: the compact store's)."""
     out = []
-    for pid in pages:
-        ref = reference.neighbours.get(pid)
+    for ref, got in zip(reference.get_neighbours(pages), other.get_neighbours(pages), strict=True):
         if ref is None or not len(ref.ids):
             continue
-        got = other.neighbours.get(pid)
-        found = 0 if got is None else len(np.intersect1d(ref.ids, got.ids))
+        if got is None:
+            out.append(0.0)
+            continue
+        shift = ID_PREFIX_SHIFT if ref.short_ids or got.short_ids else 0
+        found = len(np.intersect1d(ref.ids >> shift, got.ids >> shift))
         out.append(found / len(ref.ids))
     return out
 
@@ -82,6 +83,7 @@ def measure(
     scorer: str,
     k: int,
     drift_growth: float,
+    compact: bool = False,
 ) -> list[Run]:
     runs = [
         Run(
@@ -89,7 +91,11 @@ def measure(
             build_pipeline(
                 scorer,
                 PipelineConfig(
-                    embedding_dim=dim, neighbours=k, drift_similarity=t, drift_growth=drift_growth
+                    embedding_dim=dim,
+                    neighbours=k,
+                    drift_similarity=t,
+                    drift_growth=drift_growth,
+                    compact_store=compact,
                 ),
                 refresh=False,
             ),
@@ -129,6 +135,11 @@ def main() -> None:
         default=DEFAULT_DRIFT_GROWTH,
         help="index growth that sends a changed page's search again (2: recompute_growth's)",
     )
+    parser.add_argument(
+        "--compact-store",
+        action="store_true",
+        help="as the compact store keeps them: weights a byte, the direction projected, 4 bits",
+    )
     args = parser.parse_args()
     events = args.events
     if events is None:
@@ -151,11 +162,12 @@ def main() -> None:
         args.scorer,
         args.neighbours,
         args.drift_growth,
+        args.compact_store,
     )
     k = args.neighbours
     print(
         f"{n_events:,} events, batches of {args.batch_size}, scorer {args.scorer}, "
-        f"drift_growth {args.drift_growth:g}"
+        f"drift_growth {args.drift_growth:g}" + (", compact store" if args.compact_store else "")
     )
     print(f"| drift_similarity | recall@{k} | searches | events/s | CPU-seconds |")
     print("|---|---|---|---|---|")

@@ -27,7 +27,7 @@ from online.fetch import Fetch
 from online.history import Kind, PageState
 from online.index import VectorIndex
 from online.neighbour_search import PlannedEvent, moved_materially
-from online.stores import Neighbours, codes_cosine, direction_codes
+from online.stores import Neighbours, codes_cosine, compact_direction, direction_codes
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,13 +127,19 @@ def plan_batch(
             batch_vectors[pid] = vector
         if search:
             if rules.compact:
-                p.found_with = direction_codes(vector)
-                p.found_cos = codes_cosine(vector, p.found_with)
+                direction = compact_direction(vector)
+                p.found_with = direction_codes(direction)
+                p.found_cos = codes_cosine(direction, p.found_with)
             else:
                 p.found_with = direction_codes(vector, levels=127)
             # Placeholder so a later event of the same page in this batch sees it as fresh.
             nbrs[pid] = Neighbours(
-                np.empty(0, np.int64), np.empty(0, np.float32), size, p.found_with, p.found_cos
+                np.empty(0, np.int64),
+                np.empty(0, np.float32),
+                size,
+                p.found_with,
+                p.found_cos,
+                short_ids=rules.compact,
             )
     return pending
 

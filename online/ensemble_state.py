@@ -62,31 +62,62 @@ def unpack_block(stored: bytes) -> bytes:
     return blob
 
 
+def shuffle_bytes(values: np.ndarray) -> bytes:
+    """A 2-d array's bytes grouped by byte position, then column (the first byte of every
+    value of column 0, of column 1, ..., then the second bytes): lossless, and it lets deflate
+    see a column's exponents and sign bytes together, about a quarter fewer bytes for feature
+    rows than deflating them as they lie (`unshuffle_bytes` reverses it).
+
+    >>> a = np.arange(6, dtype="<f4").reshape(3, 2)
+    >>> bool((unshuffle_bytes(shuffle_bytes(a), a.shape, a.dtype) == a).all())
+    True
+    """
+    values = np.ascontiguousarray(values)
+    by_byte = values.view(np.uint8).reshape(len(values), -1, values.dtype.itemsize)
+    return np.ascontiguousarray(by_byte.transpose(2, 1, 0)).tobytes()
+
+
+def unshuffle_bytes(data: bytes, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+    """`shuffle_bytes`' inverse: the (rows, columns) array of ``dtype`` (a new, writable one)."""
+    dtype = np.dtype(dtype)
+    rows, columns = shape
+    by_byte = np.frombuffer(data, np.uint8).reshape(dtype.itemsize, columns, rows)
+    return np.ascontiguousarray(by_byte.transpose(2, 1, 0)).view(dtype).reshape(rows, columns)
+
+
 class _Block:
     """One batch's waiting rows and labels, read-only, with how many of them were taken from
     its front (``skip``); ``blob`` caches its encoding (`PendingLabels.block_blob`).
 
-    The rows are kept deflated (level 1, by ISA-L: about a fifth of zlib's time for the same
-    size) and inflated when read: a site's whole round waits for its epoch, and at a million
-    pages the float32 rows would be over 300 MB; they are read once, when the epoch takes
-    them. The labels stay as they are (`first` and
+    The rows are kept byte-shuffled (`shuffle_bytes`) and deflated (level 1, by ISA-L: about a
+    fifth of zlib's time for the same size) and inflated when read: a site's whole round
+    waits for its epoch, and at a million pages the float32 rows would be over 300 MB; they
+    are read once, when the epoch takes them. The labels stay as they are (`first` and
     `count_before` read them every batch)."""
 
     __slots__ = ("_deflated", "_shape", "blob", "labels", "seq", "skip")
 
     def __init__(self, seq: int, rows: np.ndarray, labels: np.ndarray, skip: int = 0) -> None:
         self.seq, self.labels, self.skip = seq, labels, skip
-        self._shape = rows.shape
-        self._deflated = isal_zlib.compress(np.ascontiguousarray(rows, np.float32).tobytes(), 1)
+        rows32 = np.ascontiguousarray(rows, np.float32)
+        self._shape = rows32.shape
+        self._deflated = isal_zlib.compress(shuffle_bytes(rows32), 1)
         self.blob: bytes | None = None
 
     @property
     def rows(self) -> np.ndarray:
         """The rows (float32, read-only), inflated."""
-        inflated = isal_zlib.decompress(self._deflated)
-        rows = np.frombuffer(inflated, np.float32).reshape(self._shape)
+        rows = unshuffle_bytes(isal_zlib.decompress(self._deflated), self._shape, np.float32)
         rows.flags.writeable = False
         return rows
+
+    @property
+    def rows_shape(self) -> tuple[int, ...]:
+        return self._shape
+
+    def shuffled_rows(self) -> bytes:
+        """The rows as `shuffle_bytes` gives them (inflated, not yet unshuffled)."""
+        return isal_zlib.decompress(self._deflated)
 
     def copy(self) -> _Block:
         block = _Block.__new__(_Block)
@@ -147,6 +178,18 @@ class TakenRows:
         if not gathered:
             return np.empty((0, 0), np.float32)
         return _joined(gathered[::-1])
+
+
+def _block_arrays(data: dict) -> tuple[np.ndarray, np.ndarray]:
+    """A stored block's rows (float32) and labels (float64, n x 5): byte-shuffled (this
+    version) or as arrays (blocks written before)."""
+    if "rows" in data:
+        rows = np.asarray(data["rows"], np.float32)
+        return rows, np.asarray(data["labels"], np.float64).reshape(-1, 5)
+    count, columns = (int(n) for n in data["shape"])
+    rows = unshuffle_bytes(data["shuffled_rows"].tobytes(), (count, columns), "<f4")
+    labels = unshuffle_bytes(data["shuffled_labels"].tobytes(), (count, 5), "<f8")
+    return rows.astype(np.float32, copy=False), labels.astype(np.float64, copy=False)
 
 
 def _joined(parts: list[np.ndarray]) -> np.ndarray:
@@ -254,7 +297,11 @@ class PendingLabels:
         out = {}
         for block in self._blocks:
             if block.blob is None:
-                data = {"rows": block.rows, "labels": block.labels}
+                data = {
+                    "shape": list(block.rows_shape),
+                    "shuffled_rows": np.frombuffer(block.shuffled_rows(), np.uint8),
+                    "shuffled_labels": np.frombuffer(shuffle_bytes(block.labels), np.uint8),
+                }
                 block.blob = pack_block(state_codec.dumps(self.BLOCK_KIND, data))
             out[block.seq] = block.blob
         return out
@@ -271,8 +318,10 @@ class PendingLabels:
             if blob is None:
                 raise state_codec.StateRefused(f"waiting-labels block {seq} is missing")
             data = state_codec.loads(unpack_block(blob), cls.BLOCK_KIND)
-            labels = np.asarray(data["labels"], np.float64).reshape(-1, 5)
-            rows = np.asarray(data["rows"], np.float32)
+            try:
+                rows, labels = _block_arrays(data)
+            except (KeyError, TypeError, ValueError):
+                rows, labels = np.empty((0, 0), np.float32), np.empty((0, 5))
             if len(rows) != len(labels) or not 0 <= skip < len(labels):
                 raise state_codec.StateRefused(f"waiting-labels block {seq} is damaged")
             labels.flags.writeable = False

@@ -4,9 +4,10 @@ The same function runs in the embedded replay, under the Faust workers and in un
 (Bytewax's ``stateful_map`` shape). A page's state keeps what predicting its next new
 outlinks needs and nothing more:
 
-* 32-bit fingerprints of the last successful fetch's outlinks, so the next fetch yields its
-  new internal and new external outlinks (a new link is missed only if its fingerprint
-  collides with an old one: probability about n_old / 2**32);
+* the top 24 bits of the 32-bit fingerprints of the last successful fetch's outlinks
+  (`kept_fingerprints`), so the next fetch yields its new internal and new external outlinks
+  (a new link is missed only if its kept bits match an old link's: probability about
+  n_old / 2**24, 6 in a million for 100 outlinks; 3 bytes a link stored, not 4);
 * a rolling window of the last H intervals between successful fetches (new internal, new
   external, content changed, days);
 * the current and previous static-page (SP) values and the latest network values.
@@ -88,7 +89,8 @@ class PageState(NamedTuple):
 
     @property
     def fingerprints(self) -> np.ndarray:
-        """Sorted uint32 fingerprints of the last successful fetch's outlinks."""
+        """Sorted uint32 fingerprints of the last successful fetch's outlinks, as kept
+        (`kept_fingerprints`: low byte 0)."""
         return np.frombuffer(self.outlink_fps, dtype="<u4")
 
     # -- derived values (look back) -------------------------------------------------------
@@ -192,22 +194,59 @@ _EMBEDDING_AT = PageState._fields.index("embedding_fp")
 _new_state = tuple.__new__
 
 
+def kept_fingerprints(packed: bytes) -> bytes:
+    """Outlink fingerprints (little-endian uint32, sorted) as a page state keeps them: the low
+    byte of each cleared, so that three bytes a link are stored and the order is kept. The
+    compiled update does the same (`online.kernels`).
+
+    >>> kept_fingerprints(bytes([1, 2, 3, 4, 5, 6, 7, 8])).hex()
+    '0002030400060708'
+    """
+    values = np.frombuffer(packed[: len(packed) // 4 * 4], dtype="<u4") & np.uint32(0xFFFFFF00)
+    return values.astype("<u4").tobytes() + packed[len(values) * 4 :]
+
+
 # -- compact serialisation ------------------------------------------------------------------
 
-_FORMAT_VERSION = 1
-_HEADER = struct.Struct("<BBddHIIIII" + "f" * (2 * len(SP_FIELDS) + len(SN_FIELDS)) + "BI")
-_INTERVAL = struct.Struct("<IIBf")
-_HAS_OK = 1
+#: 2: three bytes a kept fingerprint, ``last_ok_at`` left out where it is the last fetch's
+#: time, intervals in 8 bytes where their counts fit; 1 (still read): 4-byte fingerprints (their
+#: low bytes cleared on reading), every interval in 13 bytes.
+_FORMAT_VERSION = 2
+_FLOATS = "f" * (2 * len(SP_FIELDS) + len(SN_FIELDS))
+#: version 1: the whole header in one piece
+_HEADER_V1 = struct.Struct("<BBddHIIIII" + _FLOATS + "BI")
+_INTERVAL_V1 = struct.Struct("<IIBf")
+#: version 2: version, flags, last_fetched_at; last_ok_at (only with _HAS_OK and not _OK_AT_LAST);
+#: then the rest
+_LEAD = struct.Struct("<BBd")
+_TIME = struct.Struct("<d")
+_REST = struct.Struct("<HIIIII" + _FLOATS + "BI")
+#: an interval: new internal, new external (top bit: content changed), days
+_INTERVAL = struct.Struct("<HHf")
+_HAS_OK, _OK_AT_LAST, _WIDE_INTERVALS = 1, 2, 4
+#: the most new external links an 8-byte interval holds (its top bit says content changed)
+_NARROW_EXTERNAL = 0x7FFF
 
 
 def to_bytes(state: PageState) -> bytes:
-    """Serialise a state compactly (about 100 bytes + 13 per interval + 4 per outlink)."""
-    n_fps = len(state.outlink_fps) // 4
-    header = _HEADER.pack(
-        _FORMAT_VERSION,
-        _HAS_OK if state.last_ok_at is not None else 0,
-        state.last_fetched_at,
-        state.last_ok_at if state.last_ok_at is not None else 0.0,
+    """Serialise a state compactly (about 90 bytes + 8 per interval + 3 per outlink): its
+    fingerprints' top 24 bits, all a state from `update` keeps (`kept_fingerprints`)."""
+    kept = np.frombuffer(state.outlink_fps[: len(state.outlink_fps) // 4 * 4], dtype=np.uint8)
+    n_fps = len(kept) // 4
+    flags = 0
+    lead = b""
+    if state.last_ok_at is not None:
+        flags |= _HAS_OK
+        if state.last_ok_at == state.last_fetched_at:
+            flags |= _OK_AT_LAST
+        else:
+            lead = _TIME.pack(state.last_ok_at)
+    narrow = all(
+        iv.new_internal <= 0xFFFF and iv.new_external <= _NARROW_EXTERNAL for iv in state.window
+    )
+    if not narrow:
+        flags |= _WIDE_INTERVALS
+    rest = _REST.pack(
         state.last_status,
         state.fetches,
         state.errors,
@@ -220,42 +259,106 @@ def to_bytes(state: PageState) -> bytes:
         len(state.window),
         n_fps,
     )
-    body = b"".join(
-        _INTERVAL.pack(iv.new_internal, iv.new_external, iv.content_changed, iv.days)
-        for iv in state.window
-    )
-    return header + body + state.outlink_fps
+    if narrow:
+        body = b"".join(
+            _INTERVAL.pack(
+                iv.new_internal, iv.new_external | (0x8000 if iv.content_changed else 0), iv.days
+            )
+            for iv in state.window
+        )
+    else:
+        body = b"".join(
+            _INTERVAL_V1.pack(iv.new_internal, iv.new_external, iv.content_changed, iv.days)
+            for iv in state.window
+        )
+    head = _LEAD.pack(_FORMAT_VERSION, flags, state.last_fetched_at)
+    return head + lead + rest + body + kept.reshape(n_fps, 4)[:, 1:].tobytes()
 
 
 def from_bytes(data: bytes) -> PageState:
-    """Inverse of `to_bytes`; raises ValueError on a foreign or truncated blob."""
-    if not data or data[0] != _FORMAT_VERSION:
+    """Inverse of `to_bytes` (and reads version 1); raises ValueError on a foreign or
+    truncated blob."""
+    if not data or data[0] not in (1, _FORMAT_VERSION):
         raise ValueError("not a lookaround page state (unknown format version)")
-    values = _HEADER.unpack_from(data, 0)
-    (_, flags, last_fetched_at, last_ok_at, status, fetches, errors, intervals_total) = values[:8]
-    content_fp, embedding_fp = values[8:10]
-    n_sp, n_sn = len(SP_FIELDS), len(SN_FIELDS)
-    floats = values[10 : 10 + 2 * n_sp + n_sn]
-    n_window, n_fps = values[-2:]
-    offset = _HEADER.size
+    try:
+        return _from_v1(data) if data[0] == 1 else _from_v2(data)
+    except struct.error as exc:
+        raise ValueError(f"truncated page state ({exc})") from None
+
+
+def _from_v2(data: bytes) -> PageState:
+    _, flags, last_fetched_at = _LEAD.unpack_from(data, 0)
+    offset = _LEAD.size
+    last_ok_at = None
+    if flags & _HAS_OK:
+        if flags & _OK_AT_LAST:
+            last_ok_at = last_fetched_at
+        else:
+            (last_ok_at,) = _TIME.unpack_from(data, offset)
+            offset += _TIME.size
+    values = _REST.unpack_from(data, offset)
+    offset += _REST.size
     window = []
-    for _ in range(n_window):
-        new_internal, new_external, changed, days = _INTERVAL.unpack_from(data, offset)
-        window.append(Interval(new_internal, new_external, bool(changed), days))
-        offset += _INTERVAL.size
-    fps = data[offset : offset + 4 * n_fps]
-    if len(fps) != 4 * n_fps:
+    n_window = values[-2]
+    if flags & _WIDE_INTERVALS:
+        for _ in range(n_window):
+            new_internal, new_external, changed, days = _INTERVAL_V1.unpack_from(data, offset)
+            window.append(Interval(new_internal, new_external, bool(changed), days))
+            offset += _INTERVAL_V1.size
+    else:
+        for new_internal, external, days in _INTERVAL.iter_unpack(
+            data[offset : offset + _INTERVAL.size * n_window]
+        ):
+            window.append(Interval(new_internal, external & 0x7FFF, bool(external & 0x8000), days))
+        offset += _INTERVAL.size * n_window
+    if len(window) != n_window:
         raise ValueError("truncated page state")
+    return _state(last_fetched_at, last_ok_at, values[:-2], window, data, offset, values[-1], 3)
+
+
+def _from_v1(data: bytes) -> PageState:
+    values = _HEADER_V1.unpack_from(data, 0)
+    _, flags, last_fetched_at, last_ok_at = values[:4]
+    offset = _HEADER_V1.size
+    window = []
+    for _ in range(values[-2]):
+        new_internal, new_external, changed, days = _INTERVAL_V1.unpack_from(data, offset)
+        window.append(Interval(new_internal, new_external, bool(changed), days))
+        offset += _INTERVAL_V1.size
+    last_ok = last_ok_at if flags & _HAS_OK else None
+    return _state(last_fetched_at, last_ok, values[4:-2], window, data, offset, values[-1], 4)
+
+
+def _state(
+    last_fetched_at: float,
+    last_ok_at: float | None,
+    values: tuple,
+    window: list[Interval],
+    data: bytes,
+    offset: int,
+    n_fps: int,
+    width: int,
+) -> PageState:
+    """A read state from its parts: ``values`` from the status to the network values, the
+    fingerprints ``width`` bytes each from ``offset`` (their top 24 bits kept)."""
+    status, fetches, errors, intervals_total, content_fp, embedding_fp = values[:6]
+    n_sp, n_sn = len(SP_FIELDS), len(SN_FIELDS)
+    floats = values[6 : 6 + 2 * n_sp + n_sn]
+    stored = data[offset : offset + width * n_fps]
+    if len(stored) != width * n_fps:
+        raise ValueError("truncated page state")
+    kept = np.zeros((n_fps, 4), dtype=np.uint8)
+    kept[:, 1:] = np.frombuffer(stored, dtype=np.uint8).reshape(n_fps, width)[:, width - 3 :]
     return PageState(
         last_fetched_at=last_fetched_at,
-        last_ok_at=last_ok_at if flags & _HAS_OK else None,
+        last_ok_at=last_ok_at,
         last_status=status,
         fetches=fetches,
         errors=errors,
         intervals_total=intervals_total,
         content_fp=content_fp,
         embedding_fp=embedding_fp,
-        outlink_fps=fps,
+        outlink_fps=kept.tobytes(),
         window=tuple(window),
         sp=tuple(floats[:n_sp]),
         sp_previous=tuple(floats[n_sp : 2 * n_sp]),
@@ -265,4 +368,4 @@ def from_bytes(data: bytes) -> PageState:
 
 def states_equal(a: PageState, b: PageState) -> bool:
     """Equality that treats NaN == NaN (missing values), for tests and parity checks."""
-    return to_bytes(a) == to_bytes(b)
+    return to_bytes(a) == to_bytes(b) and a.outlink_fps == b.outlink_fps

@@ -62,6 +62,16 @@ class IdRows:
         """Whether each id has a row (bool array)."""
         return self.find(ids)[1]
 
+    def with_prefixes(self, prefixes: np.ndarray, shift: int) -> np.ndarray:
+        """For each prefix, the one id with a row whose bits above the lowest ``shift`` are
+        that prefix (``id >> shift == prefix``), or -1 where none or several have a row."""
+        start = np.asarray(prefixes, dtype=np.int64) << shift
+        if not len(self._ids):
+            return np.full(len(start), -1, np.int64)
+        first = np.searchsorted(self._ids, start)
+        one = np.searchsorted(self._ids, start + (1 << shift)) - first == 1
+        return np.where(one, self._ids[np.minimum(first, len(self._ids) - 1)], -1)
+
     def insert(self, ids: np.ndarray, rows: np.ndarray) -> None:
         """Give ids that have no row yet (no repeats) their rows."""
         ids, rows = np.asarray(ids, dtype=np.int64), np.asarray(rows, dtype=np.int64)

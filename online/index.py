@@ -79,6 +79,8 @@ class VectorIndex(Protocol):
 
     def contains_many(self, page_ids: np.ndarray) -> np.ndarray: ...
 
+    def with_prefixes(self, prefixes: np.ndarray, shift: int) -> np.ndarray: ...
+
     def upsert(self, ids: np.ndarray, vectors: np.ndarray) -> None: ...
 
     def remove(self, ids: np.ndarray) -> None: ...
@@ -340,6 +342,11 @@ class FaissIndex:
     def contains_many(self, page_ids: np.ndarray) -> np.ndarray:
         """Whether each page is indexed (bool array)."""
         return self._rows_of.contains(_as_ids(page_ids))
+
+    def with_prefixes(self, prefixes: np.ndarray, shift: int) -> np.ndarray:
+        """For each id prefix (the bits above the lowest ``shift``), the one indexed page
+        whose id has it, or -1 where none or several do (`IdRows.with_prefixes`)."""
+        return self._rows_of.with_prefixes(prefixes, shift)
 
     def __repr__(self) -> str:
         mode = f"ivf nlist={self._ivf.nlist}" if self._ivf is not None else "exact"

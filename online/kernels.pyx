@@ -15,7 +15,7 @@ Python objects and arrays, reads no global state and does no I/O.
 """
 
 cimport cython
-from cpython.bytes cimport PyBytes_AS_STRING
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from libc.math cimport NAN
 from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t
 from libc.stdio cimport snprintf
@@ -118,7 +118,7 @@ cdef class HistoryUpdate:
             float(fetch.external_outlinks),
         )
         content_fp = fetch.content_digest_fp
-        packed = fetch.outlink_fps
+        packed = _kept_fingerprints(fetch.outlink_fps)
         if first:
             return self._new(
                 (ts, ts, status, 1, 0, 0, content_fp or 0, 0, packed, (), sp, self.nan_sp, sn)
@@ -164,6 +164,19 @@ cdef class HistoryUpdate:
 
     cdef inline object _new(self, tuple values):
         return tuple.__new__(self.PageState, values)
+
+
+cdef bytes _kept_fingerprints(bytes packed):
+    """A fetch's outlink fingerprints as a page state keeps them: each with its low byte
+    cleared (its top 24 bits, still sorted; `online.history.kept_fingerprints`)."""
+    cdef Py_ssize_t size = len(packed), i
+    if size == 0:
+        return packed
+    cdef bytes out = PyBytes_FromStringAndSize(PyBytes_AS_STRING(packed), size)
+    cdef uint8_t* p = <uint8_t*> PyBytes_AS_STRING(out)
+    for i in range(0, size - 3, 4):
+        p[i] = 0
+    return out
 
 
 cdef tuple _new_links(bytes packed, bytes flags, bytes old_packed):

@@ -106,27 +106,29 @@ _REGION = re.compile(r"[-_][a-z]{2}|[-_][a-z]{4}|[-_][a-z]{4}[-_][a-z]{2}")
 
 
 def sibling_key(url: str) -> str:
-    """The key a page shares with its translations: its site and path with a leading language
+    """The key a page shares with its translations: its host and path with a leading language
     segment left out, so ``example.com/de/guide/x`` and ``example.com/guide/x`` are siblings.
     A docs site's page gains a link in one language first and in the others as translators
-    catch up: siblings are related pages by construction.
+    catch up: siblings are related pages by construction. The host is kept as served
+    (``www.`` included): a site's translations share its host, and a store that keeps a group
+    with the page ``https://`` + its key (`streams.redis_store`) then finds that page there.
 
     >>> sibling_key("https://docs.example.com/pt-br/guides/deploy/")
     'docs.example.com/guides/deploy/'
-    >>> sibling_key("https://www.example.com/guides/deploy/") == sibling_key(
-    ...     "https://example.com/en/guides/deploy/")
-    True
+    >>> sibling_key("https://www.example.com/de/guides/deploy/")
+    'www.example.com/guides/deploy/'
     >>> sibling_key("https://example.com/api/v2?x=1")   # not a language: kept
     'example.com/api/v2'
     """
     info = link_info(url)
     rest = info.url.partition("://")[2]
-    path = rest[rest.find("/") :].partition("?")[0]
+    slash = rest.find("/")
+    path = rest[slash:].partition("?")[0]
     first, _sep, tail = path[1:].partition("/")
     lowered = first.lower()
     if lowered[:2] in _LANGUAGES and (len(lowered) == 2 or _REGION.fullmatch(lowered[2:])):
         path = "/" + tail
-    return info.site + path
+    return rest[:slash] + path
 
 
 def sibling_key_id(key: str) -> int:

@@ -17,14 +17,20 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from online.fetch import Fetch
 from online.history import Kind
 from online.index import VectorIndex, neighbour_weights
-from online.stores import Neighbours, to_half
+from online.stores import (
+    DIRECTION_DIMS,
+    ID_PREFIX_SHIFT,
+    Neighbours,
+    compact_direction,
+    to_byte_grid,
+)
 
 #: Extra candidates fetched beyond k, so near-ties at the k-th place are settled by the exact
 #: recomputed similarities rather than by the search path.
@@ -62,7 +68,9 @@ def moved_materially(
     again: its cosine similarity to the vector they were found with is below ``threshold``.
 
     That vector is known by its direction codes (``found_with``, 4 bits a dimension:
-    `online.stores.direction_codes`) and their cosine to it (``found_cos``). The codes' own
+    `online.stores.direction_codes`; in the compact store, of its random projection to
+    `online.stores.DIRECTION_DIMS` dimensions, ``vector`` then projected the same way:
+    `online.stores.compact_direction`) and their cosine to it (``found_cos``). The codes' own
     error is about orthogonal to both the old vector and the drift from it, so the cosine to
     the old vector is the cosine to the codes divided by ``found_cos``: coarse codes then do
     not count as a move (without the division, 4-bit codes alone sit about 0.007 below a
@@ -72,10 +80,37 @@ def moved_materially(
         return True
     codes = found_with.astype(np.float64)
     v = np.asarray(vector, dtype=np.float64).reshape(-1)
+    if codes.size != v.size:  # the compact store's projected direction (or not this vector's)
+        if codes.size != DIRECTION_DIMS or v.size <= DIRECTION_DIMS:
+            return True
+        v = compact_direction(v)
     norms = float(np.sqrt((v @ v) * (codes @ codes)))
     if not norms > 0.0 or not found_cos > 0.0:
         return True
     return float(v @ codes) / norms / found_cos < threshold
+
+
+def resolve_short_ids(
+    stored: dict[int, Neighbours | None], index: VectorIndex
+) -> dict[int, Neighbours | None]:
+    """Stored related-page lists with the pages they name: a list kept with short ids
+    (`Neighbours.short_ids`, the compact store's) has each id found again in the index from
+    its top bits (`online.stores.ID_PREFIX_SHIFT`). A list naming a page the index cannot
+    name (none, or several pages with those bits) comes back as None: searched again, as a
+    page without related pages is. Lists in memory hold the whole ids; they are looked up
+    the same way, so every store gives the same lists."""
+    short = [(pid, nb) for pid, nb in stored.items() if nb is not None and nb.short_ids]
+    if not short:
+        return stored
+    prefixes = np.concatenate([nb.ids for _, nb in short]) >> ID_PREFIX_SHIFT
+    found = index.with_prefixes(prefixes, ID_PREFIX_SHIFT)
+    out = dict(stored)
+    at = 0
+    for pid, nb in short:
+        ids = found[at : at + len(nb.ids)]
+        at += len(nb.ids)
+        out[pid] = replace(nb, ids=ids) if (ids >= 0).all() else None
+    return out
 
 
 @dataclass(slots=True)
@@ -186,7 +221,8 @@ def finish_search(
     index: VectorIndex, search: Search, k: int, *, half: bool = True
 ) -> tuple[dict[int, Neighbours], tuple[np.ndarray, np.ndarray] | None]:
     """Neighbours for the events that need them, each as of its place in the stream, their
-    weights rounded to half precision (``half``, as stored: `online.stores.to_half`).
+    weights rounded to a byte each (``half``: the compact store, which keeps them so:
+    `online.stores.to_byte_grid`).
 
     Candidates come from the index as it stood before the batch (minus pages whose vector
     changed earlier in the batch) and from the vectors the batch itself set before the
@@ -268,7 +304,7 @@ def finish_search(
     best_sims = np.take_along_axis(sims, order, axis=1)
     best_ids = np.where(np.isfinite(best_sims), best_ids, -1)
     weights = neighbour_weights(np.where(best_ids >= 0, best_sims, 0.0), best_ids)
-    weights = to_half(weights) if half else weights.astype(np.float32)
+    weights = to_byte_grid(weights) if half else weights.astype(np.float32)
     new_so_far = np.cumsum(~in_index & _first_occurrence(ids))
 
     out: dict[int, Neighbours] = {}
@@ -281,6 +317,7 @@ def finish_search(
             search.size_before + int(new_so_far[row]),
             p.found_with,
             p.found_cos,
+            short_ids=half,
         )
     return out, writes
 

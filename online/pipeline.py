@@ -60,6 +60,7 @@ from online.neighbour_search import (
     DEFAULT_DRIFT_SIMILARITY,
     PlannedEvent,
     Search,
+    resolve_short_ids,
 )
 from online.outcome import BatchOutcome, Processed, merge_outcomes
 from online.priority import DEFAULT_MAX_DAYS, DEFAULT_MIN_DAYS, DEFAULT_TARGET_NEW_LINKS
@@ -335,7 +336,7 @@ class PagePipeline:
         page_ids = {e.url: e.page_id for e in events}
         pids = list(page_ids.values())
         stored_nbrs = dict(zip(pids, self.store.get_neighbours(pids), strict=True))
-        return states, page_ids, stored_nbrs
+        return states, page_ids, resolve_short_ids(stored_nbrs, self.index)
 
     def _walk(
         self,

@@ -8,12 +8,14 @@ keeps them in memory (`MemoryPageStore`); the live workers keep them in Redis. B
 
 from __future__ import annotations
 
+import functools
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 import numpy as np
+import xxhash
 
 from online.features import LOOKAROUND_WIDE, N_STATS
 from online.history import PageState
@@ -24,6 +26,13 @@ from online.links import sibling_key_id, url_id
 from online.related_updates import GroupGain, SiblingFollow, SiblingGroup
 from online.schedule import Allocation
 
+#: `Neighbours` with ``short_ids`` keep each id's bits above these (page ids have 63 bits: 40
+#: are kept, 5 bytes). Among n indexed pages another shares a given page's 40 bits with
+#: probability n / 2**40 (1e-6 at a million pages, 1e-3 at a billion); such a list is
+#: searched again rather than read with the wrong page.
+ID_PREFIX_SHIFT = 23
+_PREFIX_BYTES = 5
+
 
 @dataclass(frozen=True, slots=True)
 class Neighbours:
@@ -31,10 +40,14 @@ class Neighbours:
     direction of the vector they were found with (`direction_codes`; None: unknown), with
     that vector's cosine to its codes (``found_cos``, see `online.neighbour_search`).
 
-    Stored as bytes, versioned. Version 3 keeps the weights in half precision when they are
-    half-precision values (the pipeline rounds them so: `to_half`) and the direction in 4 bits
+    Stored as bytes, versioned. Version 3 keeps the weights a byte each when they lie on the
+    byte grid (the compact store's pipeline rounds them so: `to_byte_grid`), else in half
+    precision when they are half-precision values, and the direction in 4 bits
     a dimension when its codes fit; versions 2 (int8 codes, read with ``found_cos`` 1) and 1
-    (no direction) are still read. Every version reads back exactly what was written.
+    (no direction) are still read. Every version reads back exactly what was written, but
+    for ``short_ids`` (the compact store's): each id is then kept as its top 40 bits
+    (`ID_PREFIX_SHIFT`; 5 bytes, not 8) and read back with its low bits 0, and the pipeline
+    finds the pages again in the index (`online.neighbour_search.resolve_short_ids`).
     """
 
     ids: np.ndarray
@@ -42,13 +55,14 @@ class Neighbours:
     index_size: int
     found_with: np.ndarray | None = None
     found_cos: float = 1.0
+    short_ids: bool = False
 
     _HEAD = struct.Struct("<BIH")
     _DIM = struct.Struct("<H")
     #: version 3: version, flags, index size, ids, dimension of the direction
     _HEAD3 = struct.Struct("<BBIHH")
     _COS = struct.Struct("<f")
-    _HALF_WEIGHTS, _NIBBLES, _DIRECTION = 1, 2, 4
+    _HALF_WEIGHTS, _NIBBLES, _DIRECTION, _BYTE_WEIGHTS, _SHORT_IDS = 1, 2, 4, 8, 16
 
     def to_bytes(self) -> bytes:
         """Version 3 (version 1 for a list without a direction, as before)."""
@@ -57,8 +71,16 @@ class Neighbours:
         if self.found_with is None:
             return self._HEAD.pack(1, self.index_size, len(self.ids)) + ids + weights32.tobytes()
         flags = self._DIRECTION
+        if self.short_ids:
+            flags |= self._SHORT_IDS
+            prefixes = (self.ids.astype("<i8") >> ID_PREFIX_SHIFT).view(np.uint8)
+            ids = prefixes.reshape(-1, 8)[:, :_PREFIX_BYTES].tobytes()
+        codes, top = byte_grid_codes(weights32)
         half = weights32.astype("<f2")
-        if (half.astype("<f4") == weights32).all():  # a NaN weight: float32, as it is
+        if len(weights32) and (byte_grid_values(codes, top) == weights32).all():
+            flags |= self._BYTE_WEIGHTS
+            weights = self._COS.pack(float(top[0])) + codes.tobytes()
+        elif (half.astype("<f4") == weights32).all():  # a NaN weight: float32, as it is
             flags |= self._HALF_WEIGHTS
             weights = half.tobytes()
         else:
@@ -101,11 +123,25 @@ class Neighbours:
     def _from_v3(cls, data: bytes) -> Neighbours:
         _, flags, index_size, n, dim = cls._HEAD3.unpack_from(data, 0)
         offset = cls._HEAD3.size
-        ids = np.frombuffer(data, dtype="<i8", count=n, offset=offset)
-        offset += 8 * n
-        half = flags & cls._HALF_WEIGHTS
-        weights = np.frombuffer(data, dtype="<f2" if half else "<f4", count=n, offset=offset)
-        offset += (2 if half else 4) * n
+        short = bool(flags & cls._SHORT_IDS)
+        if short:
+            wide = np.zeros((n, 8), np.uint8)
+            stored = np.frombuffer(data, np.uint8, count=_PREFIX_BYTES * n, offset=offset)
+            wide[:, :_PREFIX_BYTES] = stored.reshape(n, _PREFIX_BYTES)
+            ids = wide.view("<i8").reshape(n) << ID_PREFIX_SHIFT
+            offset += _PREFIX_BYTES * n
+        else:
+            ids = np.frombuffer(data, dtype="<i8", count=n, offset=offset)
+            offset += 8 * n
+        if flags & cls._BYTE_WEIGHTS:
+            (top,) = cls._COS.unpack_from(data, offset)
+            codes = np.frombuffer(data, dtype=np.uint8, count=n, offset=offset + cls._COS.size)
+            weights = byte_grid_values(codes, np.float32(top))
+            offset += cls._COS.size + n
+        else:
+            half = flags & cls._HALF_WEIGHTS
+            weights = np.frombuffer(data, dtype="<f2" if half else "<f4", count=n, offset=offset)
+            offset += (2 if half else 4) * n
         (found_cos,) = cls._COS.unpack_from(data, offset)
         offset += cls._COS.size
         if flags & cls._NIBBLES:
@@ -114,7 +150,8 @@ class Neighbours:
             codes = np.frombuffer(data, dtype=np.int8, count=dim, offset=offset).copy()
         if len(codes) != dim:
             raise ValueError("truncated neighbours record (direction)")
-        return cls(ids.astype(np.int64), weights.astype(np.float32), index_size, codes, found_cos)
+        weights = weights.astype(np.float32)
+        return cls(ids.astype(np.int64), weights, index_size, codes, found_cos, short)
 
 
 #: The found-with direction's codes run from -DIRECTION_LEVELS to +DIRECTION_LEVELS: 4 bits a
@@ -133,6 +170,38 @@ def direction_codes(vector: np.ndarray, levels: int = DIRECTION_LEVELS) -> np.nd
     if not np.isfinite(top) or top == 0.0:
         return np.zeros(v.size, dtype=np.int8)
     return np.rint(v * (levels / top)).astype(np.int8)
+
+
+#: Dimensions the compact store keeps a found-with direction in: a longer vector is kept as
+#: its random projection to these (`compact_direction`), 4 bits each (32 bytes, where 192
+#: dimensions took 96). A cosine near 1 survives the projection within about
+#: sqrt(2 / 64) = 18% of its distance from 1, enough to decide whether a page moved.
+DIRECTION_DIMS = 64
+
+
+@functools.lru_cache(maxsize=8)
+def direction_projection(dim: int) -> np.ndarray:
+    """The fixed (`DIRECTION_DIMS`, ``dim``) matrix of random signs / sqrt(`DIRECTION_DIMS`)
+    that `compact_direction` projects with: drawn from XXH3 of its size, not from a numpy
+    generator, so it is the same on every machine and every library version. Read-only."""
+    count = DIRECTION_DIMS * dim
+    seeds = range((count + 127) // 128)
+    digests = b"".join(xxhash.xxh3_128_digest(f"lookaround-direction:{dim}:{i}") for i in seeds)
+    bits = np.unpackbits(np.frombuffer(digests, np.uint8))[:count].astype(np.float64)
+    matrix = (2.0 * bits - 1.0).reshape(DIRECTION_DIMS, dim) / np.sqrt(DIRECTION_DIMS)
+    matrix.flags.writeable = False
+    return matrix
+
+
+def compact_direction(vector: np.ndarray) -> np.ndarray:
+    """What the compact store keeps the direction of: a vector's random projection to
+    `DIRECTION_DIMS` dimensions when it has more (`direction_projection`), else the vector.
+
+    >>> compact_direction(np.ones(192)).shape, compact_direction(np.ones(16)).shape
+    ((64,), (16,))
+    """
+    v = np.asarray(vector, dtype=np.float64).reshape(-1)
+    return direction_projection(v.size) @ v if v.size > DIRECTION_DIMS else v
 
 
 def codes_cosine(vector: np.ndarray, codes: np.ndarray) -> float:
@@ -181,6 +250,39 @@ def to_half(values: np.ndarray, wide: np.ndarray | None = None) -> np.ndarray:
     if wide is None or not wide.any():
         return half
     return np.where(wide, x, half).astype(np.float32)
+
+
+#: Steps of the related-page weights' byte grid (`to_byte_grid`).
+WEIGHT_STEPS = 255
+
+
+def byte_grid_codes(weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Non-negative weights (the last axis a page's related pages) as byte codes: each weight
+    as a share of its row's largest (``top``, float32), in `WEIGHT_STEPS` steps."""
+    w = np.asarray(weights, dtype=np.float32)
+    top = w.max(axis=-1, keepdims=True, initial=0.0)
+    ratio = np.divide(w, top, out=np.zeros(w.shape, np.float64), where=top > 0)
+    codes = np.rint(np.clip(ratio, 0.0, 1.0) * WEIGHT_STEPS).astype(np.uint8)
+    return codes, top
+
+
+def byte_grid_values(codes: np.ndarray, top: np.ndarray) -> np.ndarray:
+    """`byte_grid_codes`' weights: ``top`` x code / `WEIGHT_STEPS`, in float32 (so the largest
+    comes back exactly as ``top``, and coding the result again gives the same codes)."""
+    share = np.asarray(codes, dtype=np.float32) / np.float32(WEIGHT_STEPS)
+    return (np.asarray(top, dtype=np.float32) * share).astype(np.float32)
+
+
+def to_byte_grid(weights: np.ndarray) -> np.ndarray:
+    """Related-page weights rounded to a byte each, as the compact store keeps them: a share of
+    the row's largest weight in 255 steps (within 0.2% of the largest; a weight under 1/510
+    of it becomes 0, the page then left out). The pipeline rounds them so where it finds
+    them, so every store holds the same numbers (`Neighbours` keeps the codes and the top).
+
+    >>> to_byte_grid(np.array([0.5, 0.301, 0.2])).astype(float).round(4).tolist()
+    [0.5, 0.302, 0.2]
+    """
+    return byte_grid_values(*byte_grid_codes(weights))
 
 
 #: `pack_floats` layouts: every value float32, or the narrow columns in half precision.

@@ -31,6 +31,7 @@ from online.errors import InputError
 from online.features import STATS_FIELDS
 from online.history import SN_FIELDS, SP_FIELDS
 from online.links import InvalidURL, link_info, mask_userinfo
+from online.stores import ID_PREFIX_SHIFT
 from streams.cli_live import settings_with as _settings
 from streams.cli_output import out_console
 from streams.kafka_io import kafka_python_options
@@ -357,7 +358,7 @@ def state(
         "related_pages": None
         if neighbours is None
         else [
-            {"page_id": int(i), "weight": round(float(w), 6)}
+            _related_page(int(i), float(w), neighbours.short_ids)
             for i, w in zip(neighbours.ids, neighbours.weights, strict=True)
         ],
         "stats": {
@@ -368,6 +369,14 @@ def state(
     if priority:
         doc["last_priority"] = last_priority(settings, info.url)
     sys.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
+
+
+def _related_page(page_id: int, weight: float, short: bool) -> dict[str, Any]:
+    """A related page as ``inspect`` shows it: its page id, or where the compact store kept
+    only the id's top 40 bits, those (the workers find the page again in their index)."""
+    if short:
+        return {"page_id_top_bits": page_id >> ID_PREFIX_SHIFT, "weight": round(weight, 6)}
+    return {"page_id": page_id, "weight": round(weight, 6)}
 
 
 def _history(page: Any) -> dict[str, Any]:

@@ -10,11 +10,13 @@ Keys (``prefix`` first, e.g. ``lookaround:``; ``{T}`` is a hash tag, see below):
   byte (1), the five sections' lengths (``<BIIHI`` after the version: stats, state, related
   pages, row, group), then the sections in that order; an empty section is absent. Stats and
   rows are kept by `online.stores.pack_floats` (half precision where the pipeline rounded
-  them so, sizes in float32), related pages by version 3 (half-precision weights, the
-  found-with direction in 4 bits a dimension);
+  them so, sizes in float32), related pages by version 3 (with the compact store: each
+  page's id by its top 40 bits, weights a byte each, the found-with direction projected to
+  64 dimensions, 4 bits each; `online.stores.Neighbours`);
 * a sibling group (the pages sharing a sibling key, a page and its translations:
   `online.links.sibling_key`) lives in its home record, that of the page ``https://`` + the
-  key: the page itself for most pages, so that a group of one costs a few bytes, not a key.
+  key: the page itself for most pages (``www.`` pages included: the key keeps the host as
+  served), so that a group of one costs a few bytes, not a key.
   Its members are listed in the order first seen, each ended by a newline, as ``*`` for the
   home page and as their URL otherwise (their page ids are derived from them), a URL never
   twice. A home record no page has fetched yet holds only the group;
@@ -275,7 +277,7 @@ class RedisPageStore:
     def group_home(self, sibling_key: str) -> int:
         """The page id whose record holds the sibling group of ``sibling_key``: that of the
         URL ``https://`` + the key, the page itself for most pages (a page's sibling key is its
-        URL less the scheme, a leading ``www.``, a language segment and the query)."""
+        URL less the scheme, a language segment and the query)."""
         return group_home(sibling_key)
 
     def gain_key(self, sibling_key: str) -> str:

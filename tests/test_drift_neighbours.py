@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import struct
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -10,14 +11,16 @@ import pytest
 from online.events import parse_event
 from online.index import FaissIndex
 from online.links import url_id
-from online.neighbour_search import moved_materially
+from online.neighbour_search import moved_materially, resolve_short_ids
 from online.pipeline import PagePipeline, PipelineConfig
 from online.scorers import get_scorer
 from online.stores import (
+    ID_PREFIX_SHIFT,
     MemoryPageStore,
     Neighbours,
     codes_cosine,
     direction_codes,
+    to_byte_grid,
     to_half,
 )
 
@@ -113,6 +116,59 @@ def test_neighbours_version_3_round_trips_compactly() -> None:
     np.testing.assert_array_equal(Neighbours.from_bytes(odd.to_bytes()).found_with, odd.found_with)
     with pytest.raises(ValueError, match="truncated"):
         Neighbours.from_bytes(data[:20])
+
+
+def test_weights_on_the_byte_grid_are_kept_a_byte_each_and_read_back_exactly() -> None:
+    """The compact store's weights (`to_byte_grid`) take a byte a related page and a float32
+    for the largest; coding them again changes nothing, and they stay within 0.2% of the
+    largest weight of the weights they round."""
+    rng = np.random.default_rng(4)
+    codes = direction_codes(np.linspace(-1, 1, DIM))
+    for n in (1, 3, 30):
+        for _ in range(50):
+            raw = rng.dirichlet(np.ones(n)).astype(np.float32)
+            weights = to_byte_grid(raw)
+            assert np.abs(weights - raw).max() <= raw.max() / 2 / 255 + 1e-7
+            np.testing.assert_array_equal(to_byte_grid(weights), weights)
+            nb = Neighbours(np.arange(n, dtype=np.int64), weights, 7, codes, 0.99)
+            data = nb.to_bytes()
+            assert len(data) == 10 + n * 8 + 4 + n + 4 + DIM // 2
+            back = Neighbours.from_bytes(data)
+            assert back.weights.tobytes() == weights.tobytes()
+            np.testing.assert_array_equal(back.ids, nb.ids)
+
+
+def test_short_ids_keep_40_bits_and_are_found_again_in_the_index() -> None:
+    """The compact store keeps each related page's id as its top 40 bits (5 bytes); the
+    pipeline finds the pages again in the index, and a list naming a page the index cannot
+    name (not indexed, or sharing its 40 bits with another indexed page) is searched again."""
+    rng = np.random.default_rng(5)
+    ids = rng.integers(0, 2**63 - 1, size=12, dtype=np.int64)
+    weights = to_byte_grid(rng.dirichlet(np.ones(12)).astype(np.float32))
+    codes = direction_codes(np.linspace(-1, 1, DIM))
+    nb = Neighbours(ids, weights, 40, codes, 0.99, short_ids=True)
+    data = nb.to_bytes()
+    assert len(data) == 10 + 12 * 5 + 4 + 12 + 4 + DIM // 2
+    back = Neighbours.from_bytes(data)
+    assert back.short_ids and back.weights.tobytes() == weights.tobytes()
+    np.testing.assert_array_equal(back.ids, (ids >> ID_PREFIX_SHIFT) << ID_PREFIX_SHIFT)
+
+    index = FaissIndex(dim=DIM)
+    index.upsert(ids, rng.normal(size=(12, DIM)).astype(np.float32))
+    twin = (int(ids[0]) >> ID_PREFIX_SHIFT << ID_PREFIX_SHIFT) | (~int(ids[0]) & 0x7FFFFF)
+    stored = {
+        1: back,  # read back: its pages found again
+        2: nb,  # held whole in memory: looked up the same way
+        3: Neighbours(ids[:3], weights[:3], 40, codes, 0.99, short_ids=False),
+        4: replace(back, ids=np.append(back.ids[:2], 12345 << ID_PREFIX_SHIFT)),  # not indexed
+        5: None,
+    }
+    resolved = resolve_short_ids(stored, index)
+    np.testing.assert_array_equal(resolved[1].ids, ids)
+    np.testing.assert_array_equal(resolved[2].ids, ids)
+    assert resolved[3] is stored[3] and resolved[4] is None and resolved[5] is None
+    index.upsert(np.array([twin], np.int64), rng.normal(size=(1, DIM)).astype(np.float32))
+    assert resolve_short_ids({1: back}, index)[1] is None  # two pages with its first's bits
 
 
 def test_neighbours_version_2_is_still_read_with_its_int8_direction() -> None:

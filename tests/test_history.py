@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+import dataclasses
 import math
+import struct
 
 import numpy as np
 import pytest
@@ -14,6 +16,7 @@ from online.history import (
     Interval,
     PageState,
     from_bytes,
+    kept_fingerprints,
     states_equal,
     to_bytes,
     update,
@@ -136,6 +139,74 @@ def test_serialised_size_per_page_with_100_outlinks_under_1kb() -> None:
     assert from_bytes(blob).window == state.window
 
 
+def _version_1(state: PageState, fps: bytes) -> bytes:
+    """``state`` as version 1 stored it: one header, 13-byte intervals, 4-byte fingerprints."""
+    floats = "f" * (len(state.sp) + len(state.sp_previous) + len(state.sn))
+    ok = state.last_ok_at
+    counts = state[2:8]  # status, fetches, errors, intervals, content and embedding fps
+    floats_ = (*state.sp, *state.sp_previous, *state.sn)
+    header = struct.pack(
+        "<BBddHIIIII" + floats + "BI", 1, ok is not None, state.last_fetched_at, ok or 0.0,
+        *counts, *floats_, len(state.window), len(fps) // 4,
+    )  # fmt: skip
+    body = b"".join(
+        struct.pack("<IIBf", iv.new_internal, iv.new_external, iv.content_changed, iv.days)
+        for iv in state.window
+    )
+    return header + body + fps
+
+
+def test_a_state_keeps_three_bytes_a_link_and_reads_version_1() -> None:
+    """A state keeps its outlinks' fingerprints' top 24 bits (3 bytes a link stored), an
+    interval in 8 bytes and no second copy of the last fetch's time; a state stored as version
+    1 (4 bytes a link, 13 an interval) reads back with the same bits cleared, so that the next
+    fetch's new links are counted against it as against a state written now."""
+    links = [internal(i) for i in range(60)]
+    state, _ = run([fetch(0, links), fetch(7 * DAY, links), fetch(14 * DAY, links)])
+    assert len(state.fingerprints) == 60 and not (state.fingerprints & 0xFF).any()
+    blob = to_bytes(state)
+    assert states_equal(from_bytes(blob), state)
+    no_links = state._replace(outlink_fps=b"")
+    assert len(blob) - len(to_bytes(no_links)) == 3 * 60
+    assert len(to_bytes(no_links)) - len(to_bytes(no_links._replace(window=()))) == 8 * 2
+
+    full = prepare(fetch(0, links)).outlink_fps  # the fetch's own 32-bit fingerprints
+    read = from_bytes(_version_1(state, full))
+    assert read.outlink_fps == kept_fingerprints(full) == state.outlink_fps
+    assert read.window == state.window and read.last_ok_at == state.last_ok_at
+    assert states_equal(read, state)
+    _, out = update(read, prepare(fetch(21 * DAY, [*links, internal(99)])))
+    assert (out.interval.new_internal, out.interval.new_external) == (1, 0)
+
+
+def test_intervals_too_large_for_8_bytes_and_an_earlier_ok_fetch_are_kept_exactly() -> None:
+    links = [internal(i) for i in range(3)]
+    state, _ = run([fetch(0, links), fetch(7 * DAY, links), fetch(8 * DAY, links, status=500)])
+    assert state.last_ok_at == 7 * DAY + T0 and state.last_fetched_at == 8 * DAY + T0
+    big = Interval(70_000, 40_000, True, 2.5)
+    for window in ((big,), (Interval(0, 0x7FFF, True, 1.0), Interval(0xFFFF, 0, False, 0.5))):
+        wide = state._replace(window=window)
+        back = from_bytes(to_bytes(wide))
+        assert back.window == window and back.last_ok_at == wide.last_ok_at
+    assert len(to_bytes(state._replace(window=(big,)))) - len(to_bytes(state)) == 13 - 8 * len(
+        state.window
+    )
+    with pytest.raises(ValueError, match="truncated"):
+        from_bytes(to_bytes(state)[:30])
+
+
+def test_links_whose_kept_bits_match_count_once() -> None:
+    """Two distinct new links whose fingerprints share their top 24 bits are one new link
+    (6 in a million for a page of 100 links); the count never exceeds the distinct kept ones."""
+    base = prepare(fetch(0, [internal(1)]))
+    state, _ = update(None, base)
+    twins = np.array([0x12345601, 0x12345602, 0x22222200], dtype="<u4")
+    event = prepare(fetch(DAY, [internal(2), internal(3), external(4)]))
+    event = dataclasses.replace(event, outlink_fps=twins.tobytes(), outlink_internal=b"\1\1\0")
+    _, out = update(state, event)
+    assert (out.interval.new_internal, out.interval.new_external) == (1, 1)
+
+
 # --- properties ------------------------------------------------------------------------------
 
 link_sets = st.lists(st.integers(0, 40), max_size=25).map(
@@ -225,7 +296,7 @@ def reference_update(state: PageState | None, fetch: Fetch, history: int):
     window = state.window
     had_ok = state.last_ok_at is not None
     if had_ok:
-        fps = fetch.fingerprints.tolist()
+        fps = np.frombuffer(kept_fingerprints(fetch.outlink_fps), "<u4").tolist()
         new = set(fps) - set(state.fingerprints.tolist())
         new_internal = sum(fetch.outlink_internal[fps.index(fp)] for fp in new)
         content_fp = fetch.content_digest_fp
@@ -245,7 +316,7 @@ def reference_update(state: PageState | None, fetch: Fetch, history: int):
         intervals_total=state.intervals_total + (interval is not None),
         content_fp=fetch.content_digest_fp or state.content_fp,
         embedding_fp=state.embedding_fp,
-        outlink_fps=fetch.outlink_fps,
+        outlink_fps=kept_fingerprints(fetch.outlink_fps),
         window=window,
         sp=sp,
         sp_previous=state.sp if had_ok else state.sp_previous,

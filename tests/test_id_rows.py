@@ -55,3 +55,19 @@ def test_insert_keeps_the_given_rows_whatever_the_order() -> None:
     assert rows.find(np.array([3, 6, 9]))[0].tolist() == [1, 2, 0]
     with pytest.raises(ValueError):
         rows.insert(np.array([1, 2]), np.array([0]))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.integers(0, 2**12 - 1), max_size=40, unique=True),
+    st.lists(st.integers(0, 2**8 - 1), max_size=20),
+)
+def test_with_prefixes_names_the_one_id_with_those_top_bits(ids: list[int], probes: list[int]):
+    """Ids of 12 bits, prefixes of their top 8 (shift 4): an id where exactly one has the
+    prefix, else -1, as a scan over the ids says."""
+    rows = IdRows()
+    rows.number(np.array(ids, dtype=np.int64), start=0)
+    got = rows.with_prefixes(np.array(probes, dtype=np.int64), 4).tolist()
+    for prefix, found in zip(probes, got, strict=True):
+        having = [i for i in ids if i >> 4 == prefix]
+        assert found == (having[0] if len(having) == 1 else -1)

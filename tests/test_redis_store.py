@@ -474,7 +474,8 @@ def test_writes_wait_for_the_replicas(backend):
         ok.write(PageWrites(states=state, stats={}, neighbours={}))
         assert ok.get_states(list(state))[0].last_fetched_at == 1.0
         too_many = backend.store(prefix, wait_replicas=2, wait_timeout_ms=200)
-        with pytest.raises(StoreUnavailable, match="1 of 2 replicas acknowledged"):
+        # the one replica may not answer within the 200 ms on a busy machine: 0 or 1 of 2
+        with pytest.raises(StoreUnavailable, match=r"[01] of 2 replicas acknowledged"):
             too_many.write(PageWrites(states={}, stats={}, neighbours={}, learner=b"x"))
     finally:
         ok.delete_all()
