@@ -301,10 +301,7 @@ def _from_v2(data: bytes) -> PageState:
     window = []
     n_window = values[-2]
     if flags & _WIDE_INTERVALS:
-        for _ in range(n_window):
-            new_internal, new_external, changed, days = _INTERVAL_V1.unpack_from(data, offset)
-            window.append(Interval(new_internal, new_external, bool(changed), days))
-            offset += _INTERVAL_V1.size
+        window, offset = _wide_intervals(data, offset, n_window)
     else:
         for new_internal, external, days in _INTERVAL.iter_unpack(
             data[offset : offset + _INTERVAL.size * n_window]
@@ -319,14 +316,19 @@ def _from_v2(data: bytes) -> PageState:
 def _from_v1(data: bytes) -> PageState:
     values = _HEADER_V1.unpack_from(data, 0)
     _, flags, last_fetched_at, last_ok_at = values[:4]
-    offset = _HEADER_V1.size
+    window, offset = _wide_intervals(data, _HEADER_V1.size, values[-2])
+    last_ok = last_ok_at if flags & _HAS_OK else None
+    return _state(last_fetched_at, last_ok, values[4:-2], window, data, offset, values[-1], 4)
+
+
+def _wide_intervals(data: bytes, offset: int, count: int) -> tuple[list[Interval], int]:
+    """``count`` 13-byte intervals from ``offset``, and the offset after them."""
     window = []
-    for _ in range(values[-2]):
+    for _ in range(count):
         new_internal, new_external, changed, days = _INTERVAL_V1.unpack_from(data, offset)
         window.append(Interval(new_internal, new_external, bool(changed), days))
         offset += _INTERVAL_V1.size
-    last_ok = last_ok_at if flags & _HAS_OK else None
-    return _state(last_fetched_at, last_ok, values[4:-2], window, data, offset, values[-1], 4)
+    return window, offset
 
 
 def _state(
