@@ -32,7 +32,8 @@ from online.neighbour_search import candidates_searched
 
 def grow(x: np.ndarray, retrain: bool) -> tuple[FaissIndex, float]:
     """An index grown to ``len(x)`` pages in upserts of 1,000, and the seconds it took."""
-    index = FaissIndex(dim=x.shape[1], retrain_growth=4.0 if retrain else None)
+    growth = {} if retrain else {"retrain_growth": None}  # None: lists kept from the first
+    index = FaissIndex(dim=x.shape[1], **growth)
     started = time.perf_counter()
     for lo in range(0, len(x), 1000):
         index.upsert(np.arange(lo, min(lo + 1000, len(x))), x[lo : lo + 1000])

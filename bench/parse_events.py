@@ -36,7 +36,7 @@ import orjson
 
 import online.links as links
 from batch.generate import GeneratorConfig, write_events
-from online.events import EventError, parse_event
+from online.events import DEFAULT_LIMITS, EventError, parse_event
 from online.fetch import Fetch, _fast_fetch, parse_fetch, prepare
 
 TARGET_US = 60.0
@@ -121,7 +121,11 @@ def _fast_fetch_declines(line: bytes) -> bool:
         data = orjson.loads(line)
     except orjson.JSONDecodeError:
         return True
-    return type(data) is not dict or _fast_fetch(data, 192, 100_000) is None
+    if type(data) is not dict:
+        return True
+    limits = DEFAULT_LIMITS
+    fetch = _fast_fetch(data, 192, 100_000, limits.max_url_length, limits.earliest, limits.latest())
+    return fetch is None
 
 
 def main() -> None:

@@ -24,6 +24,7 @@ similarity. This module holds:
 from __future__ import annotations
 
 import math
+import sys
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
@@ -42,6 +43,7 @@ __all__ = [
     "exact_search",
     "neighbour_weights",
     "recall_at_k",
+    "size_for_more_lists",
 ]
 
 
@@ -226,6 +228,38 @@ def default_nlist(n: int) -> int:
     return int(max(1, min(target, cap, 65_536)))
 
 
+#: Searches of at least this many queries use FAISS's matrix-product kernels (its historical
+#: default; the wheel's is far larger).
+BLAS_FROM_QUERIES = 20
+
+
+def size_for_more_lists(lists: int) -> int:
+    """The smallest index size whose `default_nlist` is above ``lists``.
+
+    A search scans ``nprobe`` lists, so with the lists kept as the index grows its cost grows
+    with the index; retraining at each size that calls for twice the lists keeps the pages a
+    search scans near ``nprobe * n / default_nlist(n)`` (about ``nprobe * sqrt(n) / 4``).
+
+    >>> size_for_more_lists(512), default_nlist(size_for_more_lists(512))
+    (39936, 1024)
+    >>> default_nlist(size_for_more_lists(2048) - 1), default_nlist(size_for_more_lists(2048))
+    (2048, 4096)
+    """
+    if lists >= 65_536:
+        return sys.maxsize
+    high = 64
+    while default_nlist(high) <= lists:
+        high *= 2
+    low = high // 2  # default_nlist(low) <= lists < default_nlist(high): it never decreases
+    while high - low > 1:
+        middle = (low + high) // 2
+        if default_nlist(middle) > lists:
+            high = middle
+        else:
+            low = middle
+    return high
+
+
 class FaissIndex:
     """The online related-page index: exact while small, IVF once it holds many pages.
 
@@ -259,8 +293,10 @@ class FaissIndex:
     **Retraining as it grows.** Lists trained on the first ``exact_below`` pages become too
     few and too long as the index grows: a search scans ``nprobe`` lists, so its cost grows
     with the index, and a site's later pages may sit where the early ones had few lists.
-    With ``nlist`` left to the index (None) and ``retrain_growth`` set, once the index holds
-    ``retrain_growth`` times the pages its lists were trained on, a new IVF index with
+    With ``nlist`` left to the index (None) and ``retrain_growth`` set, once the index is
+    large enough for twice the lists it has (`size_for_more_lists`; 40,000, 131,073 and
+    524,288 pages from the first 512 lists) and holds at least ``retrain_growth`` times the
+    pages its lists were trained on, a new IVF index with
     `default_nlist` lists for that size is trained in a background thread on a sample of
     the vectors then indexed, and filled with them; the changes made meanwhile are kept and
     applied to it when it takes over, at ``takeover_growth`` times that size. Both points
@@ -292,7 +328,7 @@ class FaissIndex:
         threads: int = 1,
         storage: str = "float16",
         codes: str = "8bit",
-        retrain_growth: float | None = 4.0,
+        retrain_growth: float | None = 1.5,
         takeover_growth: float = 1.1,
         train_points_per_list: int = 64,
     ) -> None:
@@ -323,6 +359,11 @@ class FaissIndex:
         self._retrain_at: int | None = None  # size at which the next retraining starts
         self._retraining: _Retraining | None = None
         faiss.omp_set_num_threads(self.threads)
+        # FAISS's own default sends searches of fewer queries than a large threshold to its
+        # one-query-at-a-time kernels; the batch's searches come in chunks of 128 (and the
+        # IVF's list assignment in an upsert's chunk), which its BLAS kernels take several
+        # times faster (`python bench/index_growth.py` measures the search).
+        faiss.cvar.distance_compute_blas_threshold = BLAS_FROM_QUERIES
         # page id -> row of `_vectors`, where the page's stored vector is kept
         self._rows_of = IdRows()
         self._vectors = np.empty((0, self.dim), np.float16 if storage == "float16" else np.float32)
@@ -573,10 +614,13 @@ class FaissIndex:
     # -- retraining ----------------------------------------------------------------------
 
     def _schedule_retraining(self) -> None:
-        """Retrain once the index holds ``retrain_growth`` times the pages it has now."""
+        """Retrain once the index is large enough for more lists than it has
+        (`size_for_more_lists`), and not before it holds ``retrain_growth`` times the pages
+        it has now."""
         if self.nlist is not None or self.retrain_growth is None:
             return
-        self._retrain_at = math.ceil(self.retrain_growth * max(len(self), 1))
+        grown = math.ceil(self.retrain_growth * max(len(self), 1))
+        self._retrain_at = max(grown, size_for_more_lists(max(self.lists, 1)))
 
     def _start_retraining(self) -> None:
         """Train and fill a new IVF index on the vectors indexed now, in the background, if

@@ -103,6 +103,8 @@ class BatchRefresher:
         if not len(rows):
             return
         cap = self.policy.max_rows
+        self.labels_seen += len(counts)  # every label, those past the cap's reach included
+        self.positives_seen += int((np.asarray(counts).sum(axis=1) > 0).sum())
         if self._rows is None:
             self._rows = np.zeros((cap, rows.shape[1]), np.float32)
             self._counts = np.zeros((cap, 2), np.float32)
@@ -114,8 +116,6 @@ class BatchRefresher:
         self._days[at] = days
         self._next = int((self._next + len(rows)) % cap)
         self._filled = min(cap, self._filled + len(rows))
-        self.labels_seen += len(counts)
-        self.positives_seen += int((np.asarray(counts).sum(axis=1) > 0).sum())
 
     def training_rows(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The kept rows, oldest first (copies: a background fit owns them)."""

@@ -13,6 +13,7 @@ from online.index import (
     exact_search,
     neighbour_weights,
     recall_at_k,
+    size_for_more_lists,
 )
 
 DIM = 8
@@ -381,6 +382,31 @@ def test_a_growing_index_retrains_and_the_new_lists_take_over_at_defined_sizes()
     assert never.retrains == 0 and never.lists == default_nlist(40)
     fixed, _ = grown(1000, nlist=1, retrain_growth=2.0)  # a chosen nlist is kept
     assert fixed.retrains == 0 and fixed.lists == 1
+
+
+def test_by_default_the_lists_are_retrained_where_the_size_calls_for_twice_as_many() -> None:
+    """Each retraining starts at the first size whose `default_nlist` is above the lists the
+    index has (not before 1.5 x the size they were trained at), so the lists a search
+    scans stay near ``nprobe * n / default_nlist(n)`` as the index grows."""
+    index = FaissIndex(dim=16, exact_below=40, takeover_growth=1.0)
+    assert (index.lists, index.next_switch) == (0, 40)
+    x = clustered(700, 16, seed=4)
+    index.upsert(np.arange(40), x[:40])
+    assert index.lists == default_nlist(40) == 1
+    assert size_for_more_lists(1) == 78 and index.next_switch is None  # starts at 78: unseen
+    index.upsert(np.arange(40, 77), x[40:77])
+    assert index.lists == 1
+    index.upsert(np.arange(77, 79), x[77:79])  # trained at 78 pages, taken over at the next
+    assert (index.lists, index.retrains) == (default_nlist(78), 1) == (2, 1)
+    sizes = []
+    for page in range(79, 700):  # one page at a time: the sizes where the lists change
+        lists = index.lists
+        index.upsert(np.array([page]), x[page : page + 1])
+        if index.lists != lists:
+            sizes.append((page + 1, index.lists))
+    assert sizes == [(size_for_more_lists(n) + 1, 2 * n) for n in (2, 4, 8)]
+    for size, lists in sizes:
+        assert default_nlist(size - 2) < lists == default_nlist(size - 1)
 
 
 def test_retraining_does_not_depend_on_how_upserts_are_chunked() -> None:

@@ -32,9 +32,11 @@ from batch.generate import GeneratorConfig, write_events  # noqa: E402
 from batch.reader import read_batches  # noqa: E402
 from online.history import states_equal  # noqa: E402
 from online.index import FaissIndex  # noqa: E402
+from online.links import url_id  # noqa: E402
 from online.pipeline import PagePipeline, PipelineConfig  # noqa: E402
 from online.scorers import DEFAULT_SCORER, get_scorer  # noqa: E402
 from online.stores import MemoryPageStore  # noqa: E402
+from streams.composition import pipeline_config  # noqa: E402
 from streams.harness import two_busy_workers, wait_for, worker_settings  # noqa: E402
 from streams.kafka_io import ensure_topics, free_port  # noqa: E402
 from streams.redis_store import RedisPageStore, StoreUnavailable  # noqa: E402
@@ -152,6 +154,27 @@ def test_parity_with_embedded_replay(
         return [{k: v for k, v in r.items() if k != "scored_at"} for r in rows]
 
     assert strip(read_priorities(out)) == strip(read_priorities(run_dir))
+
+
+def test_the_compact_store_keeps_parity_with_embedded_replay(
+    broker, redis_client, prefix, crawl_file, workers, tmp_path
+):
+    """A worker writing the compact store's records to Redis publishes the priorities the
+    embedded replay gives with the same configuration (the compact store's own, which moves
+    LBLA's scores by the rounding of what pages lend their neighbours)."""
+    settings, lines = produced(broker, prefix, crawl_file, batch_size=100, compact_store=True)
+    run_dir = tmp_path / "compact-replay"
+    replay(crawl_file, run_dir, config=pipeline_config(settings), progress=False, parallel=False)
+    w = workers(settings)
+    w.wait_healthy()
+    out = lambda: w.metric("lookaround_priorities_out_total") == len(lines)  # noqa: E731
+    wait_for(out, 120, "every priority published", w)
+    check = compare_priorities(published_priorities(settings), read_priorities(run_dir))
+    assert check.ok and check.matching == check.expected == len(lines), check.as_dict()
+    store = RedisPageStore(redis_client, prefix=settings.redis_key_prefix)
+    pages = sorted({url_id(orjson.loads(line)["url"]) for line in lines})
+    related = [n for n in store.get_neighbours(pages) if n is not None]
+    assert related and all(n.short_ids for n in related)
 
 
 def test_malformed_events_go_to_dead_letter(broker, redis_client, prefix, workers):

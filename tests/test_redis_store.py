@@ -17,10 +17,11 @@ from online.features import N_STATS, STATS_WIDE
 from online.hedge import AdaHedge
 from online.history import PageState, states_equal
 from online.links import url_id
+from online.pipeline import PipelineConfig
 from online.related_updates import GroupGain, SiblingFollow
 from online.scorers import DEFAULT_SCORER
 from online.state_codec import MAGIC, StateRefused
-from online.stores import MemoryPageStore, Neighbours, PageWrites, to_half
+from online.stores import ID_PREFIX_SHIFT, MemoryPageStore, Neighbours, PageWrites, to_half
 from streams.redis_store import (
     RECORD_VERSION,
     RedisPageStore,
@@ -28,7 +29,7 @@ from streams.redis_store import (
     slot_tags,
     tag_slot,
 )
-from tests.test_pipeline import comparable, crawl, run
+from tests.test_pipeline import DIM, comparable, crawl, run
 from tests.test_related_updates import related_of, site
 
 redis = pytest.importorskip("redis")
@@ -79,6 +80,24 @@ def test_parity_with_memory_store(store, batch, scorer):
     _, expected = run(events, batch=batch, scorer=scorer)
     _, got = run(events, batch=batch, store=store, scorer=scorer)
     assert comparable(got) == comparable(expected)
+
+
+@pytest.mark.parametrize("scorer", ["lbla", "ensemble"])
+def test_the_compact_store_keeps_parity_with_memory_store(store, scorer):
+    """With the compact store's records (related pages' ids by their top bits, weights a byte,
+    the history's kept fingerprints) Redis gives the pipeline what the memory store gives it:
+    the same priorities and features, and the same related pages found again by their ids."""
+    config = PipelineConfig(embedding_dim=DIM, neighbours=5, compact_store=True)
+    events = crawl()
+    mem_pipe, expected = run(events, batch=13, scorer=scorer, config=config)
+    _, got = run(events, batch=13, store=store, scorer=scorer, config=config)
+    assert comparable(got) == comparable(expected)
+    pids = list(mem_pipe.store.neighbours)
+    stored = store.get_neighbours(pids)
+    assert all(n is not None and n.short_ids for n in stored)
+    for mine, theirs in zip(stored, mem_pipe.store.get_neighbours(pids), strict=True):
+        assert np.array_equal(mine.ids >> ID_PREFIX_SHIFT, theirs.ids >> ID_PREFIX_SHIFT)
+        assert np.array_equal(mine.weights, theirs.weights)
 
 
 def snapshot(store: RedisPageStore) -> dict:
