@@ -21,7 +21,7 @@ from typing import BinaryIO
 
 from isal import igzip
 
-from batch.helper_processes import run_as_helper
+from batch.helper_processes import run_as_helper, widen_pipe
 from online.errors import InputError
 from online.events import (
     DEFAULT_EMBEDDING_DIM,
@@ -89,6 +89,7 @@ def read_batches(
         return
     ctx = mp.get_context("spawn")
     receiver, sender = ctx.Pipe(duplex=False)
+    widen_pipe(receiver.fileno())  # a batch crosses in one piece, not 18 (helper_processes)
     reader = ctx.Process(
         target=_produce, args=(sender, os.getpid(), *args), daemon=True, name="events-reader"
     )

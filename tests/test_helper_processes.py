@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from batch.generate import GeneratorConfig, write_events
+from batch.helper_processes import PIPE_BYTES, widen_pipe
 
 pytestmark = pytest.mark.skipif(
     not Path("/proc/self/stat").exists(), reason="needs Linux /proc to see process states"
@@ -85,3 +86,22 @@ def test_helpers_end_when_their_parent_is_killed(helpers: str, tmp_path: Path) -
         for pid in pids:
             if _running(pid):
                 os.kill(pid, signal.SIGKILL)
+
+
+def test_a_widened_pipe_takes_a_whole_batch_before_its_reader_reads() -> None:
+    """The events reader writes a parsed batch (about 1.1 MB) ahead in one piece; a default
+    Linux pipe takes 64 kB before its writer has to wait for the reader."""
+    if int(Path("/proc/sys/fs/pipe-max-size").read_text()) < PIPE_BYTES and os.geteuid() != 0:
+        pytest.skip("fs.pipe-max-size is below PIPE_BYTES for this unprivileged user")
+    written = {}
+    for widened in (False, True):
+        read_end, write_end = os.pipe()
+        try:
+            if widened:
+                assert widen_pipe(write_end) >= PIPE_BYTES
+            os.set_blocking(write_end, False)
+            written[widened] = os.write(write_end, b"x" * PIPE_BYTES)
+        finally:
+            os.close(read_end)
+            os.close(write_end)
+    assert written[True] == PIPE_BYTES > written[False]
