@@ -232,6 +232,9 @@ def default_nlist(n: int) -> int:
 #: default; the wheel's is far larger).
 BLAS_FROM_QUERIES = 20
 
+#: Float32 rounding allowed for in a list's margin (inner products of unit vectors).
+_MARGIN_ROUNDING = 1e-5
+
 
 def size_for_more_lists(lists: int) -> int:
     """The smallest index size whose `default_nlist` is above ``lists``.
@@ -372,6 +375,10 @@ class FaissIndex:
         self._vectors = np.empty((0, self.dim), np.float16 if storage == "float16" else np.float32)
         self._used = 0  # rows handed out so far
         self._free: list[int] = []  # rows of removed pages, reused first
+        #: per row, how far the page's vector may still move and keep its IVF list (< 0: unknown)
+        self._slack = np.zeros(0, np.float32)
+        self._centroid_norm = 0.0  # the largest IVF centroid norm
+        self.lists_kept = 0  # upserts that kept their list without a centroid search
         self._flat: faiss.IndexIDMap2 | None = faiss.IndexIDMap2(faiss.IndexFlatIP(self.dim))
         self._ivf: faiss.IndexIVF | None = None
 
@@ -536,12 +543,74 @@ class FaissIndex:
     def _upsert_ivf(self, ids: np.ndarray, vectors: np.ndarray) -> None:
         if not len(ids):
             return
-        self._upsert_ivf_lists(ids, vectors, self.contains_many(ids))
-        self._remember(ids, vectors)
+        vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+        indexed = self.contains_many(ids)
+        lists, slack = self._lists_of(ids, vectors, indexed)
+        self._upsert_ivf_lists(ids, vectors, indexed, lists)
+        self._remember(ids, vectors, slack)
 
-    def _upsert_ivf_lists(self, ids: np.ndarray, vectors: np.ndarray, indexed: np.ndarray) -> None:
+    def _lists_of(
+        self, ids: np.ndarray, vectors: np.ndarray, indexed: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Per upsert, its IVF list (that of the nearest centroid) and its slack.
+
+        A vector's slack is half the margin by which its nearest centroid beats the second,
+        over the largest centroid norm: an inner product with a centroid moves by at most the
+        distance moved times the centroid's norm, so a vector that has moved less than that
+        in all since its list was found still has the same nearest centroid. Such a page
+        keeps its list, what is left of the slack carried on; the others are searched, which
+        at a million pages (4,096 centroids) is half of what an upsert costs. The lists are
+        those a search of every vector gives, whatever the chunking.
+        """
+        ivf = self._ivf
+        assert ivf is not None
+        n = len(ids)
+        lists = np.full(n, -1, dtype=np.int64)
+        slack = np.full(n, -1.0, dtype=np.float32)
+        previous = np.full(n, -1, dtype=np.int64)
+        last: dict[int, int] = {}
+        for row, page in enumerate(ids.tolist()):
+            previous[row] = last.get(page, -1)
+            last[page] = row
+        stored = np.flatnonzero(indexed & (previous < 0))
+        if len(stored):
+            rows, _ = self._rows_of.find(ids[stored])
+            before = self.reconstruct_many(ids[stored])
+            moved = np.linalg.norm(vectors[stored] - before, axis=1)
+            if self._vectors.dtype == np.float16:  # the stored vector is itself rounded
+                moved += np.linalg.norm(before, axis=1) * 2.0**-11
+            left = self._slack[rows] - moved
+            keep = left > 0
+            stored = stored[keep]
+            slack[stored] = left[keep]
+            direct_map = ivf.direct_map
+            lists[stored] = [faiss.lo_listno(direct_map.get(p)) for p in ids[stored].tolist()]
+        todo = np.flatnonzero(lists < 0)  # repeats in the chunk too: few, and done in order
+        if len(todo):
+            found_sims, found_lists = ivf.quantizer.search(vectors[todo], min(2, ivf.nlist))
+            lists[todo] = found_lists[:, 0]
+            if found_sims.shape[1] == 2 and self._centroid_norm > 0:
+                margin = (found_sims[:, 0] - found_sims[:, 1]) / (2 * self._centroid_norm)
+                slack[todo] = margin - _MARGIN_ROUNDING
+            else:
+                slack[todo] = np.inf  # one list: nothing to move to
+        for row in np.flatnonzero(previous >= 0).tolist():
+            earlier = previous[row]
+            left = slack[earlier] - float(np.linalg.norm(vectors[row] - vectors[earlier]))
+            if left > 0:
+                lists[row], slack[row] = lists[earlier], left
+        self.lists_kept += n - len(todo)
+        return lists, slack
+
+    def _upsert_ivf_lists(
+        self,
+        ids: np.ndarray,
+        vectors: np.ndarray,
+        indexed: np.ndarray,
+        lists: np.ndarray | None = None,
+    ) -> None:
         """Add pages to the IVF lists, replacing those ``indexed`` marks (bool a page: it was
-        indexed before these).
+        indexed before these), each to its list in ``lists`` (None: its nearest centroid's).
 
         IVF removal swaps the list's last entry into the hole, so a replacement must be
         removed right before its own add for the lists to end up in the same order as with
@@ -553,7 +622,9 @@ class FaissIndex:
         ids = np.ascontiguousarray(ids, dtype=np.int64)
         # Each vector's list, found for the whole chunk at once (one matrix product, not one
         # search a page: most of an add's cost when pages are replaced one by one).
-        lists = np.ascontiguousarray(ivf.quantizer.search(vectors, 1)[1].reshape(-1))
+        if lists is None:
+            lists = ivf.quantizer.search(vectors, 1)[1].reshape(-1)
+        lists = np.ascontiguousarray(lists, dtype=np.int64)
 
         def add(lo: int, hi: int) -> None:
             ivf.add_core(
@@ -575,8 +646,11 @@ class FaissIndex:
         if len(ids) > start:
             add(start, len(ids))
 
-    def _remember(self, ids: np.ndarray, vectors: np.ndarray) -> None:
-        """Keep the pages' stored vectors for `reconstruct` (an id's last vector wins)."""
+    def _remember(
+        self, ids: np.ndarray, vectors: np.ndarray, slack: np.ndarray | None = None
+    ) -> None:
+        """Keep the pages' stored vectors for `reconstruct` (an id's last vector wins), and
+        their slack (`_lists_of`; None: unknown)."""
         rev_unique, rev_first = np.unique(ids[::-1], return_index=True)
         last = len(ids) - 1 - rev_first
         rows, found = self._rows_of.find(rev_unique)
@@ -595,7 +669,19 @@ class FaissIndex:
             grown = np.empty((size, self.dim), dtype=self._vectors.dtype)
             grown[: len(self._vectors)] = self._vectors
             self._vectors = grown
+            self._slack = np.concatenate(
+                [self._slack, np.full(size - len(self._slack), -1.0, np.float32)]
+            )
         self._vectors[rows] = vectors[last]
+        self._slack[rows] = -1.0 if slack is None else slack[last]
+
+    def _new_lists(self) -> None:
+        """The IVF lists were built anew: no page's slack is known; the centroids' largest
+        norm is read for the slacks to come."""
+        assert self._ivf is not None
+        self._slack[:] = -1.0
+        centroids = self._ivf.quantizer.reconstruct_n(0, self._ivf.nlist)
+        self._centroid_norm = float(np.linalg.norm(centroids, axis=1).max())
 
     def _ivf_remove(self, ids: np.ndarray) -> None:
         ids = np.ascontiguousarray(ids, dtype=np.int64)
@@ -612,6 +698,7 @@ class FaissIndex:
         ids = faiss.vector_to_array(flat.id_map).astype(np.int64)
         nlist = self.nlist if self.nlist is not None else default_nlist(n)
         self._ivf = _build_ivf(self._ivf_params(nlist), vectors, ids, vectors)
+        self._new_lists()
         self._flat = None
 
     # -- retraining ----------------------------------------------------------------------
@@ -654,6 +741,7 @@ class FaissIndex:
         retraining, self._retraining = self._retraining, None
         assert retraining is not None
         self._ivf = retraining.built.result()
+        self._new_lists()
         members = set(retraining.ids.tolist())
         for ids, vectors in retraining.changes:
             if vectors is None:
@@ -688,6 +776,14 @@ class FaissIndex:
             self._ivf.nprobe = min(self.nprobe, self._ivf.nlist)
         sims, ids = self._index.search(queries, k + extra)
         return drop_excluded(sims, ids, k, exclude)
+
+
+def _cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Cosine similarity of each row of ``a`` with the same row of ``b`` (0 for a zero row)."""
+    a, b = np.asarray(a, dtype=np.float32), np.asarray(b, dtype=np.float32)
+    scale = np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1)
+    dots = np.einsum("ij,ij->i", a, b)
+    return np.divide(dots, scale, out=np.zeros_like(dots), where=scale > 0)
 
 
 @dataclass(frozen=True)

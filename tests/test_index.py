@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import faiss
 import numpy as np
 import pytest
 from hypothesis import event, given, settings
@@ -444,3 +445,40 @@ def test_an_index_tells_its_lists_and_the_lists_a_search_probes() -> None:
     assert (index.lists, index.probes) == (0, 0)  # exact search
     index.upsert(np.arange(39, 80), x[39:])
     assert index.lists == default_nlist(40) and index.probes == min(6, index.lists)
+
+
+@pytest.mark.parametrize("storage", ["float32", "float16"])
+def test_a_page_that_barely_moved_keeps_its_list_and_every_list_is_the_nearest_centroids(
+    storage: str,
+) -> None:
+    """Pages drifting a little at every upsert keep their IVF list without a centroid search
+    while their slack lasts, and every page, kept or searched, sits in the list of its
+    nearest centroid, as if each vector had been searched; repeats within a chunk too."""
+    rng = np.random.default_rng(11)
+    dim, n = 16, 600
+    index = FaissIndex(dim=dim, exact_below=100, nlist=24, retrain_growth=None, storage=storage)
+    x = clustered(n, dim, seed=11)
+    index.upsert(np.arange(n), x)
+    for round_ in range(6):
+        x = x + rng.normal(0, 0.01 if round_ % 2 else 0.3, x.shape).astype(np.float32)
+        x /= np.linalg.norm(x, axis=1, keepdims=True)
+        order = rng.permutation(n)
+        repeat = order[:50]  # these pages move twice within the chunk
+        ids = np.concatenate([order, repeat])
+        vectors = np.concatenate([x[order], x[repeat]])
+        vectors[n:] += rng.normal(0, 0.005, vectors[n:].shape).astype(np.float32)
+        x[repeat] = vectors[n:]
+        index.upsert(ids, vectors)
+    ivf = index._ivf
+    assert ivf is not None
+    nearest = ivf.quantizer.search(index.reconstruct_many(np.arange(n)), 1)[1][:, 0]
+    x_nearest = ivf.quantizer.search(x, 1)[1][:, 0]
+    held = [faiss_list(ivf, page) for page in range(n)]
+    assert np.array_equal(held, x_nearest)
+    assert np.mean(np.asarray(held) == nearest) > 0.99  # the stored copy, rounded
+    assert 0 < index.lists_kept < 6 * (n + 50)
+
+
+def faiss_list(ivf: faiss.IndexIVF, page: int) -> int:
+    """The IVF list that holds ``page``."""
+    return int(faiss.lo_listno(ivf.direct_map.get(page)))
