@@ -441,6 +441,10 @@ class FaissIndex:
         rows, found = self._rows_of.find(ids)
         if not found.all():
             raise KeyError(f"pages not indexed: {ids[~found][:5].tolist()}")
+        return self._vectors_at(rows)
+
+    def _vectors_at(self, rows: np.ndarray) -> np.ndarray:
+        """The stored vectors at ``rows`` of the table, as float32."""
         if self._vectors.dtype == np.float16:  # a table lookup: numpy's cast is 4x slower
             return gather_half(self._vectors.view(np.uint16), rows)
         return self._vectors[rows]
@@ -575,7 +579,7 @@ class FaissIndex:
         stored = np.flatnonzero(indexed & (previous < 0))
         if len(stored):
             rows, _ = self._rows_of.find(ids[stored])
-            before = self.reconstruct_many(ids[stored])
+            before = self._vectors_at(rows)
             moved = np.linalg.norm(vectors[stored] - before, axis=1)
             if self._vectors.dtype == np.float16:  # the stored vector is itself rounded
                 moved += np.linalg.norm(before, axis=1) * 2.0**-11
@@ -776,14 +780,6 @@ class FaissIndex:
             self._ivf.nprobe = min(self.nprobe, self._ivf.nlist)
         sims, ids = self._index.search(queries, k + extra)
         return drop_excluded(sims, ids, k, exclude)
-
-
-def _cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Cosine similarity of each row of ``a`` with the same row of ``b`` (0 for a zero row)."""
-    a, b = np.asarray(a, dtype=np.float32), np.asarray(b, dtype=np.float32)
-    scale = np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1)
-    dots = np.einsum("ij,ij->i", a, b)
-    return np.divide(dots, scale, out=np.zeros_like(dots), where=scale > 0)
 
 
 @dataclass(frozen=True)
