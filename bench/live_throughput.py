@@ -150,7 +150,8 @@ def sample_memory(store: RedisPageStore, pages: int, n: int = 400) -> dict:
     page record, and the total a page costs: every record and gain, shared out over the
     pages (a page record may be only a group's home)."""
     import re
-    import struct
+
+    from streams.redis_scripts import record_layout
 
     client = store.client
     sizes: dict[str, list[int]] = {"p": [], "gg": []}
@@ -166,7 +167,7 @@ def sample_memory(store: RedisPageStore, pages: int, n: int = 400) -> dict:
         if len(sizes[kind]) < n:
             sizes[kind].append(int(client.memory_usage(key) or 0))
             if kind == "p":
-                sections.append(struct.unpack_from("<BBIIHI", client.get(key), 0)[1:])
+                sections.append(record_layout(client.get(key))[1])
     means = {k: round(float(np.mean(v))) if v else 0 for k, v in sizes.items()}
     total = sum(means[k] * counts[k] / max(pages, 1) for k in sizes)
     means["total"] = round(total)

@@ -29,7 +29,7 @@ from batch.generate import GeneratorConfig, write_events
 from batch.reader import read_batches
 from online.pipeline import PipelineConfig
 from streams.composition import build_pipeline
-from streams.redis_scripts import RECORD_HEAD
+from streams.redis_scripts import record_layout
 from streams.redis_store import RedisPageStore
 
 
@@ -77,7 +77,7 @@ def page_records(client: redis.Redis) -> str:
         count += 1
         usage += client.memory_usage(key) or 0
         value += len(record)
-        sections += RECORD_HEAD.unpack_from(record, 0)[1:]
+        sections += record_layout(record)[1]
     if not count:
         return "no page records"
     means = ", ".join(f"{n} {v / count:.0f}" for n, v in zip(SECTIONS, sections, strict=True))

@@ -42,7 +42,7 @@ import numpy as np
 
 from online.events import FetchedPage
 from online.fetch import Fetch, prepare
-from online.kernels import HistoryUpdate
+from online.kernels import HistoryUpdate, StateCodec
 
 DEFAULT_HISTORY = 8
 NAN = float("nan")
@@ -208,10 +208,20 @@ def kept_fingerprints(packed: bytes) -> bytes:
 
 # -- compact serialisation ------------------------------------------------------------------
 
-#: 2: three bytes a kept fingerprint, ``last_ok_at`` left out where it is the last fetch's
-#: time, intervals in 8 bytes where their counts fit; 1 (still read): 4-byte fingerprints (their
-#: low bytes cleared on reading), every interval in 13 bytes.
-_FORMAT_VERSION = 2
+#: 3: varints for the counts (the fetch count alone for status 200, no errors and an interval
+#: for every fetch after the first), small whole numbers and four-decimal values of the float
+#: fields (a kind each: NaN, whole, four decimals, float32, or for a previous static-page value
+#: the current one's: nothing stored), an interval's counts and content change in a byte where
+#: the counts are small, interval days as whole seconds (2 to 64 of them packed: the first,
+#: then Rice-coded differences, under 3 bytes each a week apart give or take two days), the
+#: last fetch's time as uint32 seconds, the kept fingerprints' top 24 bits as Rice-coded gaps
+#: (about 20 bits a link, not 24); compiled (`online.kernels.StateCodec`, whose docstring has
+#: the layout). 2 (still read): three bytes a kept fingerprint, ``last_ok_at`` left out
+#: where it is the last fetch's time, intervals in 8 bytes where their counts fit; 1 (still
+#: read): 4-byte fingerprints (their low bytes cleared on reading), every interval in 13 bytes.
+#: Every version keeps the last fetch's time at byte 2, as float64 or (3, flag 8) uint32: the
+#: Redis write script compares it (`streams.redis_scripts`).
+_FORMAT_VERSION = 3
 _FLOATS = "f" * (2 * len(SP_FIELDS) + len(SN_FIELDS))
 #: version 1: the whole header in one piece
 _HEADER_V1 = struct.Struct("<BBddHIIIII" + _FLOATS + "BI")
@@ -227,10 +237,19 @@ _HAS_OK, _OK_AT_LAST, _WIDE_INTERVALS = 1, 2, 4
 #: the most new external links an 8-byte interval holds (its top bit says content changed)
 _NARROW_EXTERNAL = 0x7FFF
 
+_codec = StateCodec(PageState, Interval, NAN)
+
 
 def to_bytes(state: PageState) -> bytes:
-    """Serialise a state compactly (about 90 bytes + 8 per interval + 3 per outlink): its
-    fingerprints' top 24 bits, all a state from `update` keeps (`kept_fingerprints`)."""
+    """Serialise a state compactly (format version 3: about 45 bytes + 2 to 4 per interval +
+    2.5 per outlink): its fingerprints' top 24 bits, all a state from `update` keeps
+    (`kept_fingerprints`). Reads back exactly what version 2 read back (floats as float32)."""
+    return _codec.encode(state)
+
+
+def _to_bytes_v2(state: PageState) -> bytes:
+    """A state as format version 2 wrote it (about 90 bytes + 8 per interval + 3 per outlink),
+    kept for the tests that check version 2 is still read."""
     kept = np.frombuffer(state.outlink_fps[: len(state.outlink_fps) // 4 * 4], dtype=np.uint8)
     n_fps = len(kept) // 4
     flags = 0
@@ -271,15 +290,17 @@ def to_bytes(state: PageState) -> bytes:
             _INTERVAL_V1.pack(iv.new_internal, iv.new_external, iv.content_changed, iv.days)
             for iv in state.window
         )
-    head = _LEAD.pack(_FORMAT_VERSION, flags, state.last_fetched_at)
+    head = _LEAD.pack(2, flags, state.last_fetched_at)
     return head + lead + rest + body + kept.reshape(n_fps, 4)[:, 1:].tobytes()
 
 
 def from_bytes(data: bytes) -> PageState:
-    """Inverse of `to_bytes` (and reads version 1); raises ValueError on a foreign or
+    """Inverse of `to_bytes` (and reads versions 1 and 2); raises ValueError on a foreign or
     truncated blob."""
-    if not data or data[0] not in (1, _FORMAT_VERSION):
+    if not data or data[0] not in (1, 2, _FORMAT_VERSION):
         raise ValueError("not a lookaround page state (unknown format version)")
+    if data[0] == _FORMAT_VERSION:
+        return _codec.decode(bytes(data))
     try:
         return _from_v1(data) if data[0] == 1 else _from_v2(data)
     except struct.error as exc:

@@ -444,3 +444,732 @@ def gather_half(const uint16_t[:, ::1] halves, const int64_t[::1] rows):
         for j in range(dim):
             o[i, j] = table[halves[row, j]]
     return out
+
+
+# -- compact codes: varints and Rice codes ------------------------------------------------------
+#
+# The page state's version 3 (`online.history.to_bytes`) and the related pages' descending
+# weight codes (`online.stores.Neighbours`) are written and read here: per event, a few dozen
+# values each, where a Python or numpy loop cost several times the rest of the encoding.
+
+from libc.math cimport floor, isinf, isnan, llround, signbit
+from libc.stdint cimport uint64_t
+from libc.string cimport memcpy, memset
+
+from online._le cimport store_u32le
+
+
+class TruncatedError(ValueError):
+    """A blob that ends before what its own head says it holds (or runs on after it)."""
+
+
+cdef inline Py_ssize_t _put_varint(uint8_t* p, Py_ssize_t at, uint64_t v) noexcept nogil:
+    while v >= 0x80:
+        p[at] = <uint8_t> ((v & 0x7F) | 0x80)
+        v >>= 7
+        at += 1
+    p[at] = <uint8_t> v
+    return at + 1
+
+
+cdef inline Py_ssize_t _get_varint(
+    const uint8_t* p, Py_ssize_t size, Py_ssize_t at, uint64_t* out
+) noexcept nogil:
+    """The varint at ``at``, into ``out``; the offset after it, or -1 past the end (or a
+    varint longer than 64 bits)."""
+    cdef uint64_t v = 0, b
+    cdef int shift = 0
+    while True:
+        if at >= size or shift > 63:
+            return -1
+        b = p[at]
+        at += 1
+        v |= (b & 0x7F) << shift
+        if b < 0x80:
+            out[0] = v
+            return at
+        shift += 7
+
+
+cdef uint64_t _U32_MAX = 4294967295u
+
+
+cdef inline uint64_t _rice_bits(const uint32_t* gaps, Py_ssize_t n, int k) noexcept nogil:
+    cdef uint64_t bits = <uint64_t> n * (k + 1)
+    cdef Py_ssize_t i
+    for i in range(n):
+        bits += gaps[i] >> k
+    return bits
+
+
+cdef int _rice_parameter(const uint32_t* gaps, Py_ssize_t n, uint64_t total, int most) noexcept nogil:
+    """The Rice parameter in 0..``most`` that codes ``gaps`` in the fewest bits, among those
+    next to log2 of their mean (``total`` / n), the optimum for geometric gaps."""
+    cdef int k0 = 0, k, best = 0
+    cdef uint64_t mean = total // <uint64_t> n if n else 0, bits, best_bits = 0
+    while k0 < most and (mean >> (k0 + 1)):
+        k0 += 1
+    for k in range(k0 - 1 if k0 > 0 else 0, k0 + 2 if k0 + 1 <= most else most + 1):
+        bits = _rice_bits(gaps, n, k)
+        if best_bits == 0 or bits < best_bits:
+            best, best_bits = k, bits
+    return best
+
+
+cdef void _rice_put(uint8_t* out, const uint32_t* gaps, Py_ssize_t n, int k) noexcept nogil:
+    """``gaps`` Rice-coded with parameter ``k`` into ``out`` (zeroed, `_rice_bits` long),
+    least significant bit first: each gap's quotient by 2**k as that many 0 bits and a 1,
+    then its low ``k`` bits."""
+    cdef uint64_t pos = 0, v
+    cdef Py_ssize_t i, at
+    for i in range(n):
+        pos += gaps[i] >> k
+        out[pos >> 3] |= <uint8_t> (1 << (pos & 7))
+        pos += 1
+        if k:
+            v = (<uint64_t> (gaps[i] & ((<uint32_t> 1 << k) - 1))) << (pos & 7)
+            at = pos >> 3
+            while v:
+                out[at] |= <uint8_t> (v & 0xFF)
+                v >>= 8
+                at += 1
+            pos += k
+
+
+cdef Py_ssize_t _rice_get(
+    const uint8_t* data, Py_ssize_t size, Py_ssize_t n, int k, uint32_t* gaps
+) noexcept nogil:
+    """`_rice_put`'s inverse: ``n`` gaps from ``data`` (``size`` bytes); the bytes read, or -1
+    when they run past ``size`` (or a gap past 32 bits)."""
+    cdef uint64_t pos = 0, end = <uint64_t> size * 8, q, v
+    cdef Py_ssize_t i, j, at
+    cdef uint8_t byte
+    for i in range(n):
+        q = 0
+        while True:
+            if pos >= end:
+                return -1
+            byte = data[pos >> 3] >> (pos & 7)
+            if byte:
+                while not (byte & 1):
+                    byte >>= 1
+                    q += 1
+                    pos += 1
+                pos += 1
+                break
+            q += 8 - (pos & 7)
+            pos += 8 - (pos & 7)
+        if pos + k > end or q > (_U32_MAX >> k):
+            return -1
+        v = 0
+        if k:
+            at = pos >> 3
+            for j in range(((pos & 7) + k + 7) >> 3):
+                v |= (<uint64_t> data[at + j]) << (8 * j)
+            v = (v >> (pos & 7)) & (((<uint64_t> 1) << k) - 1)
+            pos += k
+        v |= q << k
+        gaps[i] = <uint32_t> v
+    return <Py_ssize_t> ((pos + 7) >> 3)
+
+
+def pack_descending(const uint8_t[::1] codes):
+    """Byte codes that never rise (a related-page list's weights, largest first), coded: the
+    first, the Rice parameter, then each drop Rice-coded (a few bits each where a byte each
+    was kept); None when the codes rise somewhere or the coding is no shorter.
+
+    >>> codes = bytes([255, 250, 250, 249, 247, 240, 239, 235, 230, 228, 220, 210])
+    >>> pack_descending(codes).hex(), pack_descending(bytes([1, 2]))
+    ('ff0296d527564201', None)
+    >>> unpack_descending(pack_descending(codes), 0, 12)[0].tobytes() == codes
+    True
+    """
+    cdef Py_ssize_t n = codes.shape[0], i
+    if n == 0:
+        return None
+    cdef uint32_t[256] drops
+    if n > 257:
+        return None
+    for i in range(1, n):
+        if codes[i] > codes[i - 1]:
+            return None
+        drops[i - 1] = codes[i - 1] - codes[i]
+    cdef int k = _rice_parameter(drops, n - 1, codes[0] - codes[n - 1], 7)
+    cdef Py_ssize_t size = 2 + <Py_ssize_t> ((_rice_bits(drops, n - 1, k) + 7) >> 3)
+    if size >= n:
+        return None
+    cdef bytes out = PyBytes_FromStringAndSize(NULL, size)
+    cdef uint8_t* p = <uint8_t*> PyBytes_AS_STRING(out)
+    memset(p, 0, size)
+    p[0] = codes[0]
+    p[1] = <uint8_t> k
+    _rice_put(p + 2, drops, n - 1, k)
+    return out
+
+
+def unpack_descending(const uint8_t[::1] data, Py_ssize_t offset, Py_ssize_t n):
+    """`pack_descending`'s inverse: (``n`` uint8 codes, the offset after them) from ``data`` at
+    ``offset``; raises ValueError where they run past its end or below 0."""
+    cdef Py_ssize_t size = data.shape[0], used, i
+    cdef uint32_t[256] drops
+    if n < 1 or n > 257 or offset < 0 or offset + 2 > size or data[offset + 1] > 7:
+        raise TruncatedError("truncated or damaged weight codes")
+    out = np.empty(n, dtype=np.uint8)
+    cdef uint8_t[::1] o = out
+    used = _rice_get(&data[offset + 2], size - offset - 2, n - 1, data[offset + 1], drops)
+    if used < 0:
+        raise TruncatedError("truncated weight codes")
+    cdef int64_t code = data[offset]
+    o[0] = <uint8_t> code
+    for i in range(1, n):
+        code -= drops[i - 1]
+        if code < 0:
+            raise TruncatedError("damaged weight codes")
+        o[i] = <uint8_t> code
+    return out, offset + 2 + used
+
+
+# -- page state, version 3 ------------------------------------------------------------------------
+
+# flags (the second byte), as `online.history` names them; 4 was version 2's and is not used
+cdef int _S_HAS_OK = 1, _S_OK_AT_LAST = 2, _S_TIME32 = 8, _S_RICE_FPS = 16
+# the common counts (status 200, no errors, an interval for every fetch after the first):
+# the fetch count alone is written; the intervals' seconds packed (`StateCodec`)
+cdef int _S_PLAIN = 32, _S_PACKED_DAYS = 64
+cdef int _S_KNOWN = 1 | 2 | 8 | 16 | 32 | 64
+# a float field's kind (two bits a field): canonical NaN, small non-negative integer,
+# float32 as it is, a multiple of 1/10,000 (four decimals); a previous static-page value may
+# also be the current one's (nothing stored): their five kinds are a base-5 number
+cdef int _K_NAN = 0, _K_INT = 1, _K_RAW = 2, _K_DECIMAL = 3, _K_SAME = 4
+cdef uint32_t _CANONICAL_NAN = 0x7FC00000
+cdef uint64_t _SMALL = 1 << 21  # varints of 3 bytes at most
+cdef double _DECIMAL = 10000.0
+# an interval's head byte: content changed (top bit), then new internal 0..15 and new
+# external 0..6 as ``internal | external << 4``, or 127: both follow as varints
+cdef int _HEAD_EXTERNAL = 7, _HEAD_INTERNAL = 16, _HEAD_WIDE = 127
+# the most intervals whose seconds are packed, and the most seconds an interval is read with
+cdef enum:
+    _PACK_MOST = 64
+cdef uint64_t _MOST_SECONDS = (<uint64_t> 1) << 41
+
+
+cdef inline uint32_t _f32_bits(float f) noexcept nogil:
+    cdef uint32_t bits
+    memcpy(&bits, &f, 4)
+    return bits
+
+
+cdef inline float _bits_f32(uint32_t bits) noexcept nogil:
+    cdef float f
+    memcpy(&f, &bits, 4)
+    return f
+
+
+cdef inline float _to_f32(double x) except? -1.0:
+    """``x`` as struct's ``f`` packs it (OverflowError past float32's range)."""
+    cdef float f = <float> x
+    if isinf(f) and not isinf(x):
+        raise OverflowError("float too large to pack with f format")
+    return f
+
+
+cdef inline int _float_kind(float f, uint64_t* payload) noexcept nogil:
+    cdef uint32_t bits = _f32_bits(f)
+    cdef long long m
+    if bits == _CANONICAL_NAN:
+        return _K_NAN
+    if isnan(f) or isinf(f):
+        payload[0] = bits
+        return _K_RAW
+    if f >= 0 and not signbit(f) and f < _SMALL and floor(f) == f:
+        payload[0] = <uint64_t> f
+        return _K_INT
+    if f > 0 and f < _SMALL / _DECIMAL:
+        m = llround(<double> f * _DECIMAL)
+        if m >= 0 and _f32_bits(<float> (<double> m / _DECIMAL)) == bits:
+            payload[0] = <uint64_t> m
+            return _K_DECIMAL
+    payload[0] = bits
+    return _K_RAW
+
+
+cdef inline int _interval_seconds(float days, uint64_t* seconds) noexcept nogil:
+    """Whether ``days`` is a whole number of seconds (1 or more) as the history update makes
+    it (``float32(seconds / 86400)``), that number into ``seconds``."""
+    cdef long long s
+    if not (days > 0 and days < 1e7):
+        return 0
+    s = llround(<double> days * SECONDS_PER_DAY)
+    if s < 1 or _f32_bits(<float> (<double> s / SECONDS_PER_DAY)) != _f32_bits(days):
+        return 0
+    seconds[0] = <uint64_t> s
+    return 1
+
+
+cdef extern from *:
+    """
+    /* A tuple subclass's instance holding ``items``' (an exact tuple) values, made as
+       tuple.__new__(type, items) makes it, without the call through __new__. */
+    static PyObject* lookaround_subtuple(PyObject* type, PyObject* items) {
+        Py_ssize_t i, n = PyTuple_GET_SIZE(items);
+        PyObject* made = ((PyTypeObject*) type)->tp_alloc((PyTypeObject*) type, n);
+        if (made == NULL) return NULL;
+        for (i = 0; i < n; i++) {
+            PyObject* item = PyTuple_GET_ITEM(items, i);
+            Py_INCREF(item);
+            PyTuple_SET_ITEM(made, i, item);
+        }
+        return made;
+    }
+    """
+    object _subtuple "lookaround_subtuple"(object type, tuple items)
+
+
+cdef inline Py_ssize_t _varint_size(uint64_t v) noexcept nogil:
+    cdef Py_ssize_t n = 1
+    while v >= 0x80:
+        v >>= 7
+        n += 1
+    return n
+
+
+cdef inline Py_ssize_t _put_head(uint8_t* p, Py_ssize_t at, tuple iv) except -1:
+    """An interval's (a 4-tuple's) new link counts and content change: one byte where the
+    counts are small, else a byte and two varints."""
+    cdef uint64_t internal = <uint64_t> iv[0], external = <uint64_t> iv[1]
+    cdef uint8_t changed = 0x80 if iv[2] else 0
+    if internal < <uint64_t> _HEAD_INTERNAL and external < <uint64_t> _HEAD_EXTERNAL:
+        p[at] = changed | <uint8_t> (internal | (external << 4))
+        return at + 1
+    p[at] = changed | _HEAD_WIDE
+    at = _put_varint(p, at + 1, internal)
+    return _put_varint(p, at, external)
+
+
+cdef class StateCodec:
+    """`online.history.to_bytes` / `from_bytes` for format version 3, compiled: built once
+    with the history module's record types and its NaN (a canonical NaN reads back as that
+    very object, as the state's defaults hold it).
+
+    Layout: version (3), flags, the last fetch's time (uint32 where it is a whole second in
+    range, flag 8, else float64: the Redis write script reads it to keep the newest state),
+    ``last_ok_at`` (float64, only where it is not the last fetch's time), varints of the
+    counts: the fetches alone where the status is 200, there are no errors and the intervals
+    are one fewer than the fetches (flag 32), else the status XOR 200, the fetches, errors
+    and intervals; the content and embedding fingerprints (uint32 each), the 14 float fields'
+    kinds (uint32: the current static-page and the network values' 2 bits each, then the
+    previous static-page values' as a base-5 number, kind 4 being "the current value") and
+    their values (none for a NaN or a repeated value, a varint for a small whole number or a
+    multiple of 1/10,000, else float32); a varint count of intervals, then either (flag 64:
+    2 to 64 intervals, all whole seconds) the first one's seconds as a varint, a byte of Rice
+    parameter and the zigzag differences of each next one's seconds from the one before,
+    Rice-coded, then each interval's head; or each interval's days (a varint of its seconds,
+    or 0 and float32 days) and head. An interval's head is a byte: whether the content
+    changed (top bit) and its new internal (0..15) and external (0..6) link counts as
+    ``internal + 16 * external``, or 127 and the two counts as varints. Last, a varint count
+    of kept fingerprints and their top 24 bits: sorted, as Rice-coded gaps after a byte of
+    the parameter (about 20 bits a link for 40 links), else 3 bytes each.
+    """
+
+    cdef object PageState, Interval, nan
+
+    def __init__(self, PageState, Interval, object nan):
+        if len(PageState._fields) != 13 or len(Interval._fields) != 4:
+            raise TypeError("PageState's fields are not the ones this codec was written for")
+        if not (issubclass(PageState, tuple) and issubclass(Interval, tuple)):
+            raise TypeError("PageState and Interval must be tuple types")  # `_subtuple`
+        self.PageState = PageState
+        self.Interval = Interval
+        self.nan = nan
+
+    def encode(self, object page_state):
+        if not isinstance(page_state, tuple) or len(page_state) != 13:
+            raise TypeError(f"expected a PageState, got {type(page_state).__name__}")
+        cdef tuple state = <tuple> page_state
+        cdef double t = state[0], ok_at
+        cdef object last_ok = state[1]
+        cdef bytes fps = <bytes?> state[8]
+        cdef tuple window = <tuple?> state[9]
+        cdef tuple sp = <tuple?> state[10], previous = <tuple?> state[11], sn = <tuple?> state[12]
+        cdef Py_ssize_t n_window = len(window), n_fps = len(fps) // 4, i, at
+        cdef Py_ssize_t rice_bytes = 0, day_rice = 0, plain_days = 0
+        cdef int flags = 0, k = 0, k_days = 0, kind
+        cdef int fkinds[14]
+        cdef uint32_t kinds = 0, previous_kinds = 0, v, prev = 0
+        cdef uint64_t payloads[14]
+        cdef uint32_t fbits[14]
+        cdef float f
+        cdef const uint8_t* fp = <const uint8_t*> PyBytes_AS_STRING(fps)
+        cdef uint32_t gap_stack[64]
+        cdef uint32_t* gaps = gap_stack
+        cdef object gap_buffer = None
+        cdef bint sorted_fps = True
+        cdef object iv
+        cdef uint64_t seconds, status = state[2], fetches = state[3], errors = state[4]
+        cdef uint64_t intervals = state[5], zigzag, day_total = 0
+        cdef uint64_t secs[_PACK_MOST]
+        cdef uint32_t day_gaps[_PACK_MOST]
+        cdef int64_t delta
+        if len(sp) != 5 or len(previous) != 5 or len(sn) != 4:
+            raise ValueError("a page state's static values are 5, 5 and 4")
+        # read as tuples, not through the sequence protocol (slow on a tuple subclass)
+        for iv in window:
+            if not isinstance(iv, tuple) or len(<tuple> iv) != 4:
+                raise TypeError("a page state's intervals are 4-tuples")
+        if t == floor(t) and t >= 0 and not signbit(t) and t < 4294967296.0:
+            flags |= _S_TIME32
+        if last_ok is not None:
+            flags |= _S_HAS_OK
+            ok_at = last_ok
+            if ok_at == t:
+                flags |= _S_OK_AT_LAST
+        if status == 200 and errors == 0 and fetches >= 1 and intervals == fetches - 1:
+            flags |= _S_PLAIN
+        for i in range(14):
+            f = _to_f32(sp[i] if i < 5 else previous[i - 5] if i < 10 else sn[i - 10])
+            fbits[i] = _f32_bits(f)
+            kind = _float_kind(f, &payloads[i])
+            if 5 <= i < 10 and kind != _K_NAN and fbits[i] == fbits[i - 5]:
+                kind = _K_SAME
+            fkinds[i] = kind
+        for i in range(5):
+            kinds |= (<uint32_t> fkinds[i]) << (2 * i)
+            previous_kinds = previous_kinds * 5 + <uint32_t> fkinds[9 - i]
+        for i in range(4):
+            kinds |= (<uint32_t> fkinds[10 + i]) << (10 + 2 * i)
+        kinds |= previous_kinds << 18
+        # the intervals' seconds packed: where there are 2 to 64, all whole seconds, each
+        # within 2**31 of the one before, and that is shorter than a varint each
+        if 2 <= n_window <= _PACK_MOST:
+            for i in range(n_window):
+                if not _interval_seconds(_to_f32((<tuple> window[i])[3]), &secs[i]):
+                    break
+                plain_days += _varint_size(secs[i])
+                if i:
+                    delta = <int64_t> secs[i] - <int64_t> secs[i - 1]
+                    zigzag = (<uint64_t> delta << 1) ^ <uint64_t> (delta >> 63)
+                    if zigzag > _U32_MAX:
+                        break
+                    day_gaps[i - 1] = <uint32_t> zigzag
+                    day_total += zigzag
+            else:
+                k_days = _rice_parameter(day_gaps, n_window - 1, day_total, 31)
+                day_rice = <Py_ssize_t> ((_rice_bits(day_gaps, n_window - 1, k_days) + 7) >> 3)
+                if _varint_size(secs[0]) + 1 + day_rice < plain_days:
+                    flags |= _S_PACKED_DAYS
+        if n_fps > 64:
+            gap_buffer = np.empty(n_fps, dtype=np.uint32)
+            gaps = <uint32_t*> <size_t> gap_buffer.ctypes.data
+        for i in range(n_fps):
+            v = load_u32le(fp + 4 * i) >> 8
+            if v < prev:
+                sorted_fps = False
+                break
+            gaps[i] = v - prev
+            prev = v
+        if sorted_fps and n_fps:
+            k = _rice_parameter(gaps, n_fps, prev, 24)
+            rice_bytes = 1 + <Py_ssize_t> ((_rice_bits(gaps, n_fps, k) + 7) >> 3)
+            if rice_bytes < 3 * n_fps:
+                flags |= _S_RICE_FPS
+        # the most it can take: 2 + 8 + 8 + 4 varints + 8 + 4 + 14 floats + intervals + fps
+        cdef Py_ssize_t most = 2 + 8 + 8 + 40 + 8 + 4 + 14 * 10 + 10 + 32 * n_window + 10
+        most += rice_bytes if flags & _S_RICE_FPS else 3 * n_fps
+        cdef bytes out = PyBytes_FromStringAndSize(NULL, most)
+        cdef uint8_t* p = <uint8_t*> PyBytes_AS_STRING(out)
+        p[0] = 3
+        p[1] = <uint8_t> flags
+        if flags & _S_TIME32:
+            store_u32le(<uint32_t*> (p + 2), <uint32_t> t)
+            at = 6
+        else:
+            memcpy(p + 2, &t, 8)
+            at = 10
+        if (flags & _S_HAS_OK) and not (flags & _S_OK_AT_LAST):
+            memcpy(p + at, &ok_at, 8)
+            at += 8
+        if flags & _S_PLAIN:
+            at = _put_varint(p, at, fetches)
+        else:
+            at = _put_varint(p, at, status ^ 200)
+            at = _put_varint(p, at, fetches)
+            at = _put_varint(p, at, errors)
+            at = _put_varint(p, at, intervals)
+        store_u32le(<uint32_t*> (p + at), <uint32_t> state[6])
+        store_u32le(<uint32_t*> (p + at + 4), <uint32_t> state[7])
+        store_u32le(<uint32_t*> (p + at + 8), kinds)
+        at += 12
+        for i in range(14):
+            kind = fkinds[i]
+            if kind == _K_RAW:
+                store_u32le(<uint32_t*> (p + at), <uint32_t> payloads[i])
+                at += 4
+            elif kind == _K_INT or kind == _K_DECIMAL:
+                at = _put_varint(p, at, payloads[i])
+        at = _put_varint(p, at, <uint64_t> n_window)
+        if flags & _S_PACKED_DAYS:
+            at = _put_varint(p, at, secs[0])
+            p[at] = <uint8_t> k_days
+            memset(p + at + 1, 0, day_rice)
+            _rice_put(p + at + 1, day_gaps, n_window - 1, k_days)
+            at += 1 + day_rice
+            for iv in window:
+                at = _put_head(p, at, <tuple> iv)
+        else:
+            for iv in window:
+                f = _to_f32((<tuple> iv)[3])
+                if _interval_seconds(f, &seconds):
+                    at = _put_varint(p, at, seconds)
+                else:
+                    p[at] = 0
+                    store_u32le(<uint32_t*> (p + at + 1), _f32_bits(f))
+                    at += 5
+                at = _put_head(p, at, <tuple> iv)
+        at = _put_varint(p, at, <uint64_t> n_fps)
+        if flags & _S_RICE_FPS:
+            p[at] = <uint8_t> k
+            memset(p + at + 1, 0, rice_bytes - 1)
+            _rice_put(p + at + 1, gaps, n_fps, k)
+            at += rice_bytes
+        else:
+            for i in range(n_fps):
+                p[at] = fp[4 * i + 1]
+                p[at + 1] = fp[4 * i + 2]
+                p[at + 2] = fp[4 * i + 3]
+                at += 3
+        if at > most:  # cannot happen: the bound above is generous
+            raise AssertionError("page state longer than its bound")
+        return out[:at]
+
+    def decode(self, bytes data):
+        """A state from its version 3 bytes; raises ValueError (`TruncatedError`) where they
+        end early or run on."""
+        cdef const uint8_t* p = <const uint8_t*> PyBytes_AS_STRING(data)
+        cdef Py_ssize_t size = len(data), at, i, n_window, n_fps, used
+        cdef int flags, kind
+        cdef double t, ok_at
+        cdef uint32_t kinds, previous_kinds, v
+        cdef uint64_t x, internal, external, seconds
+        cdef object last_ok = None
+        cdef list counts = [200, 0, 0, 0]
+        cdef list floats = [None] * 14
+        cdef uint32_t gap_stack[64]
+        cdef uint32_t* gaps = gap_stack
+        cdef object gap_buffer = None
+        cdef uint64_t secs[_PACK_MOST]
+        cdef uint32_t day_gaps[_PACK_MOST]
+        cdef int64_t delta
+        cdef float days
+        cdef uint8_t head
+        if size < 2 or p[0] != 3:
+            raise ValueError("not a version 3 page state")
+        flags = p[1]
+        if flags & ~_S_KNOWN:
+            raise ValueError("damaged page state (unknown flags)")
+        if flags & _S_TIME32:
+            if size < 6:
+                raise TruncatedError("truncated page state")
+            t = <double> load_u32le(p + 2)
+            at = 6
+        else:
+            if size < 10:
+                raise TruncatedError("truncated page state")
+            memcpy(&t, p + 2, 8)
+            at = 10
+        if flags & _S_HAS_OK:
+            if flags & _S_OK_AT_LAST:
+                ok_at = t
+            else:
+                if at + 8 > size:
+                    raise TruncatedError("truncated page state")
+                memcpy(&ok_at, p + at, 8)
+                at += 8
+            last_ok = ok_at
+        if flags & _S_PLAIN:
+            at = _get_varint(p, size, at, &x)
+            if at < 0:
+                raise TruncatedError("truncated page state")
+            if x == 0:
+                raise ValueError("damaged page state (counts)")
+            counts[1] = x
+            counts[3] = x - 1
+        else:
+            for i in range(4):
+                at = _get_varint(p, size, at, &x)
+                if at < 0:
+                    raise TruncatedError("truncated page state")
+                counts[i] = x ^ 200 if i == 0 else x
+        if at + 12 > size:
+            raise TruncatedError("truncated page state")
+        content_fp = load_u32le(p + at)
+        embedding_fp = load_u32le(p + at + 4)
+        kinds = load_u32le(p + at + 8)
+        at += 12
+        previous_kinds = kinds >> 18
+        if previous_kinds >= 3125:
+            raise ValueError("damaged page state (float kinds)")
+        for i in range(14):
+            if i < 5:
+                kind = (kinds >> (2 * i)) & 3
+            elif i < 10:
+                kind = previous_kinds % 5
+                previous_kinds //= 5
+            else:
+                kind = (kinds >> (2 * i - 10)) & 3
+            if kind == _K_NAN:
+                floats[i] = self.nan
+            elif kind == _K_SAME:
+                floats[i] = floats[i - 5]
+            elif kind == _K_RAW:
+                if at + 4 > size:
+                    raise TruncatedError("truncated page state")
+                floats[i] = <double> _bits_f32(load_u32le(p + at))
+                at += 4
+            else:
+                at = _get_varint(p, size, at, &x)
+                if at < 0:
+                    raise TruncatedError("truncated page state")
+                if kind == _K_INT:
+                    floats[i] = <double> <float> x
+                else:
+                    floats[i] = <double> <float> (<double> x / _DECIMAL)
+        at = _get_varint(p, size, at, &x)
+        if at < 0 or x > <uint64_t> size:
+            raise TruncatedError("truncated page state")
+        n_window = <Py_ssize_t> x
+        if flags & _S_PACKED_DAYS:
+            if n_window < 2 or n_window > _PACK_MOST:
+                raise ValueError("damaged page state (intervals)")
+            at = _get_varint(p, size, at, &secs[0])
+            if at < 0 or at + 1 > size or p[at] > 31:
+                raise TruncatedError("truncated page state")
+            used = _rice_get(p + at + 1, size - at - 1, n_window - 1, p[at], day_gaps)
+            if used < 0:
+                raise TruncatedError("truncated page state")
+            at += 1 + used
+            if secs[0] == 0 or secs[0] > _MOST_SECONDS:
+                raise ValueError("damaged page state (intervals)")
+            for i in range(1, n_window):  # zigzag: 2d for d >= 0, -2d - 1 for d < 0
+                delta = <int64_t> (day_gaps[i - 1] >> 1) ^ -(<int64_t> (day_gaps[i - 1] & 1))
+                secs[i] = secs[i - 1] + <uint64_t> delta
+                if secs[i] == 0 or secs[i] > _MOST_SECONDS:
+                    raise ValueError("damaged page state (intervals)")
+        cdef list window = []
+        cdef object Interval = self.Interval
+        for i in range(n_window):
+            if flags & _S_PACKED_DAYS:
+                days = <float> (<double> secs[i] / SECONDS_PER_DAY)
+            else:
+                at = _get_varint(p, size, at, &seconds)
+                if at < 0:
+                    raise TruncatedError("truncated page state")
+                if seconds:
+                    if seconds > _MOST_SECONDS:
+                        raise ValueError("damaged page state (intervals)")
+                    days = <float> (<double> seconds / SECONDS_PER_DAY)
+                else:
+                    if at + 4 > size:
+                        raise TruncatedError("truncated page state")
+                    days = _bits_f32(load_u32le(p + at))
+                    at += 4
+            if at >= size:
+                raise TruncatedError("truncated page state")
+            head = p[at]
+            at += 1
+            if (head & 0x7F) == _HEAD_WIDE:
+                at = _get_varint(p, size, at, &internal)
+                if at < 0:
+                    raise TruncatedError("truncated page state")
+                at = _get_varint(p, size, at, &external)
+                if at < 0:
+                    raise TruncatedError("truncated page state")
+            elif (head & 0x7F) < _HEAD_INTERNAL * _HEAD_EXTERNAL:
+                internal = head & 0x0F
+                external = (head >> 4) & 0x07
+            else:
+                raise ValueError("damaged page state (intervals)")
+            window.append(
+                _subtuple(Interval, (internal, external, (head & 0x80) != 0, <double> days))
+            )
+        at = _get_varint(p, size, at, &x)
+        if at < 0 or x > <uint64_t> size * 8:
+            raise TruncatedError("truncated page state")
+        n_fps = <Py_ssize_t> x
+        cdef bytes fps = PyBytes_FromStringAndSize(NULL, 4 * n_fps)
+        cdef uint8_t* o = <uint8_t*> PyBytes_AS_STRING(fps)
+        if flags & _S_RICE_FPS:
+            if n_fps > 64:
+                gap_buffer = np.empty(n_fps, dtype=np.uint32)
+                gaps = <uint32_t*> <size_t> gap_buffer.ctypes.data
+            if at + 1 > size or p[at] > 24:
+                raise TruncatedError("truncated page state")
+            used = _rice_get(p + at + 1, size - at - 1, n_fps, p[at], gaps)
+            if used < 0:
+                raise TruncatedError("truncated page state")
+            at += 1 + used
+            v = 0
+            for i in range(n_fps):
+                v += gaps[i]
+                if v > 0xFFFFFF:
+                    raise TruncatedError("damaged page state (fingerprints)")
+                store_u32le(<uint32_t*> (o + 4 * i), v << 8)
+        else:
+            if at + 3 * n_fps > size:
+                raise TruncatedError("truncated page state")
+            for i in range(n_fps):
+                o[4 * i] = 0
+                o[4 * i + 1] = p[at]
+                o[4 * i + 2] = p[at + 1]
+                o[4 * i + 3] = p[at + 2]
+                at += 3
+        if at != size:
+            raise TruncatedError("damaged page state (bytes after its end)")
+        return _subtuple(
+            self.PageState,
+            (
+                t,
+                last_ok,
+                counts[0],
+                counts[1],
+                counts[2],
+                counts[3],
+                content_fp,
+                embedding_fp,
+                fps,
+                tuple(window),
+                tuple(floats[:5]),
+                tuple(floats[5:10]),
+                tuple(floats[10:]),
+            ),
+        )
+
+
+def pack_varints(tuple values):
+    """Non-negative integers as LEB128 varints (7 bits a byte, least significant first).
+
+    >>> pack_varints((0, 127, 128, 20000)).hex()
+    '007f8001a09c01'
+    """
+    cdef uint8_t[160] buf
+    cdef Py_ssize_t at = 0, i, n = len(values)
+    if n > 16:
+        raise ValueError("at most 16 varints at a time")
+    for i in range(n):
+        at = _put_varint(buf, at, <uint64_t> values[i])
+    return PyBytes_FromStringAndSize(<char*> buf, at)
+
+
+def unpack_varints(const uint8_t[::1] data, Py_ssize_t offset, Py_ssize_t count):
+    """`pack_varints`' inverse: (``count`` integers, the offset after them) from ``data`` at
+    ``offset``; raises ValueError where they run past its end."""
+    cdef Py_ssize_t i, size = data.shape[0]
+    cdef uint64_t x
+    cdef list out = []
+    if offset < 0 or offset > size:
+        raise TruncatedError("truncated varints")
+    for i in range(count):
+        offset = _get_varint(&data[0] if size else NULL, size, offset, &x)
+        if offset < 0:
+            raise TruncatedError("truncated varints")
+        out.append(x)
+    return out, offset

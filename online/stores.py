@@ -22,6 +22,7 @@ from online.history import PageState
 from online.history import from_bytes as state_from_bytes
 from online.history import to_bytes as state_to_bytes
 from online.id_rows import IdRows
+from online.kernels import pack_descending, pack_varints, unpack_descending, unpack_varints
 from online.links import sibling_key_id, url_id
 from online.related_updates import GroupGain, SiblingFollow, SiblingGroup
 from online.schedule import Allocation
@@ -40,11 +41,15 @@ class Neighbours:
     direction of the vector they were found with (`direction_codes`; None: unknown), with
     that vector's cosine to its codes (``found_cos``, see `online.neighbour_search`).
 
-    Stored as bytes, versioned. Version 3 keeps the weights a byte each when they lie on the
-    byte grid (the compact store's pipeline rounds them so: `to_byte_grid`), else in half
-    precision when they are half-precision values, and the direction in 4 bits
-    a dimension when its codes fit; versions 2 (int8 codes, read with ``found_cos`` 1) and 1
-    (no direction) are still read. Every version reads back exactly what was written, but
+    Stored as bytes, versioned. Version 4 keeps the weights a byte each when they lie on the
+    byte grid (the compact store's pipeline rounds them so: `to_byte_grid`), the codes of a
+    list largest first as their Rice-coded drops (about 4 bits each,
+    `online.kernels.pack_descending`), else in half precision when they are half-precision
+    values, and the direction in 4 bits a dimension when its codes fit; its index size and
+    counts are varints and a ``found_cos`` in [0.5, 2) (all but 1.0's last byte) in 3 bytes.
+    Versions 3 (the same with fixed-size counts, a byte a weight code and 4 bytes of
+    ``found_cos``), 2 (int8 codes, read with ``found_cos`` 1) and 1 (no direction) are still
+    read. Every version reads back exactly what was written, but
     for ``short_ids`` (the compact store's): each id is then kept as its top 40 bits
     (`ID_PREFIX_SHIFT`; 5 bytes, not 8) and read back with its low bits 0, and the pipeline
     finds the pages again in the index (`online.neighbour_search.resolve_short_ids`).
@@ -63,9 +68,11 @@ class Neighbours:
     _HEAD3 = struct.Struct("<BBIHH")
     _COS = struct.Struct("<f")
     _HALF_WEIGHTS, _NIBBLES, _DIRECTION, _BYTE_WEIGHTS, _SHORT_IDS = 1, 2, 4, 8, 16
+    #: version 4: the byte codes Rice-coded (`pack_descending`); ``found_cos`` as 3 bytes
+    _DESCENDING, _COS_MANTISSA = 32, 64
 
     def to_bytes(self) -> bytes:
-        """Version 3 (version 1 for a list without a direction, as before)."""
+        """Version 4 (version 1 for a list without a direction, as before)."""
         ids = self.ids.astype("<i8").tobytes()
         weights32 = np.asarray(self.weights, dtype="<f4")
         if self.found_with is None:
@@ -79,7 +86,10 @@ class Neighbours:
         half = weights32.astype("<f2")
         if len(weights32) and (byte_grid_values(codes, top) == weights32).all():
             flags |= self._BYTE_WEIGHTS
-            weights = self._COS.pack(float(top[0])) + codes.tobytes()
+            descending = pack_descending(codes)
+            if descending is not None:
+                flags |= self._DESCENDING
+            weights = self._COS.pack(float(top[0])) + (descending or codes.tobytes())
         elif (half.astype("<f4") == weights32).all():  # a NaN weight: float32, as it is
             flags |= self._HALF_WEIGHTS
             weights = half.tobytes()
@@ -91,17 +101,20 @@ class Neighbours:
             direction = pack_nibbles(codes)
         else:
             direction = codes.tobytes()
-        head = self._HEAD3.pack(3, flags, self.index_size, len(self.ids), len(codes))
         found_cos = self._COS.pack(self.found_cos)
+        if found_cos[3] == 0x3F:  # in [0.5, 2): its last byte is that of 1.0
+            flags |= self._COS_MANTISSA
+            found_cos = found_cos[:3]
+        head = bytes((4, flags)) + pack_varints((self.index_size, len(self.ids), len(codes)))
         return head + ids + weights + found_cos + direction
 
     @classmethod
     def from_bytes(cls, data: bytes) -> Neighbours:
         """Any version; raises ValueError on a foreign or truncated blob."""
-        if not data or data[0] not in (1, 2, 3):
+        if not data or data[0] not in (1, 2, 3, 4):
             raise ValueError("unknown neighbours format")
         try:
-            if data[0] == 3:
+            if data[0] >= 3:
                 return cls._from_v3(data)
             version, index_size, n = cls._HEAD.unpack_from(data, 0)
             offset = cls._HEAD.size
@@ -115,14 +128,19 @@ class Neighbours:
             if version == 2:
                 found_with = np.frombuffer(data, dtype=np.int8, count=dim, offset=offset + 12 * n)
                 found_with = found_with.copy()
-        except (struct.error, ValueError) as exc:
+        except (struct.error, ValueError, IndexError) as exc:
             raise ValueError(f"truncated neighbours record ({exc})") from None
         return cls(ids.astype(np.int64), weights.astype(np.float32), index_size, found_with)
 
     @classmethod
     def _from_v3(cls, data: bytes) -> Neighbours:
-        _, flags, index_size, n, dim = cls._HEAD3.unpack_from(data, 0)
-        offset = cls._HEAD3.size
+        """Versions 3 and 4."""
+        if data[0] == 3:
+            _, flags, index_size, n, dim = cls._HEAD3.unpack_from(data, 0)
+            offset = cls._HEAD3.size
+        else:
+            flags = data[1]
+            (index_size, n, dim), offset = unpack_varints(data, 2, 3)
         short = bool(flags & cls._SHORT_IDS)
         if short:
             wide = np.zeros((n, 8), np.uint8)
@@ -135,15 +153,26 @@ class Neighbours:
             offset += 8 * n
         if flags & cls._BYTE_WEIGHTS:
             (top,) = cls._COS.unpack_from(data, offset)
-            codes = np.frombuffer(data, dtype=np.uint8, count=n, offset=offset + cls._COS.size)
+            offset += cls._COS.size
+            if flags & cls._DESCENDING:
+                codes, offset = unpack_descending(data, offset, n)
+            else:
+                codes = np.frombuffer(data, dtype=np.uint8, count=n, offset=offset)
+                offset += n
             weights = byte_grid_values(codes, np.float32(top))
-            offset += cls._COS.size + n
         else:
             half = flags & cls._HALF_WEIGHTS
             weights = np.frombuffer(data, dtype="<f2" if half else "<f4", count=n, offset=offset)
             offset += (2 if half else 4) * n
-        (found_cos,) = cls._COS.unpack_from(data, offset)
-        offset += cls._COS.size
+        if flags & cls._COS_MANTISSA:
+            mantissa = data[offset : offset + 3]
+            if len(mantissa) != 3:
+                raise ValueError("truncated neighbours record (found_cos)")
+            (found_cos,) = cls._COS.unpack(mantissa + b"\x3f")
+            offset += 3
+        else:
+            (found_cos,) = cls._COS.unpack_from(data, offset)
+            offset += cls._COS.size
         if flags & cls._NIBBLES:
             codes = unpack_nibbles(data[offset : offset + (dim + 1) // 2], dim)
         else:

@@ -12,9 +12,30 @@ from __future__ import annotations
 import struct
 
 #: The page record's layout version and its header after it: the lengths of the stats,
-#: state, related pages, row and sibling-group sections.
-RECORD_VERSION = 1
-RECORD_HEAD = struct.Struct("<BBIIHI")
+#: state, related pages, row and sibling-group sections. Version 2 (written where every
+#: length fits, 8 bytes: stats, row and group under 256 bytes, state and related pages under
+#: 65,536) or 1 (16 bytes, any lengths; read, and written where one does not fit).
+RECORD_VERSION = 2
+RECORD_HEADS = {1: struct.Struct("<BBIIHI"), 2: struct.Struct("<BBHHBB")}
+RECORD_HEAD = RECORD_HEADS[RECORD_VERSION]
+#: the longest head (what the stats read takes before the stats)
+RECORD_HEAD_MOST = max(h.size for h in RECORD_HEADS.values())
+
+
+def record_layout(record: bytes) -> tuple[int, tuple[int, ...]]:
+    """A page record's head size and its five sections' lengths (stats, state, related
+    pages, row, group), either version; raises ValueError where ``record`` is not one (its
+    head's lengths need not add up to its size: a stats read takes only the record's start).
+
+    >>> record_layout(bytes([2, 1, 2, 0, 0, 0, 0, 0]) + b"sss")
+    (8, (1, 2, 0, 0, 0))
+    """
+    head = RECORD_HEADS.get(record[0]) if record else None
+    if head is None or len(record) < head.size:
+        raise ValueError("not a lookaround page record")
+    return head.size, head.unpack_from(record, 0)[1:]
+
+
 #: Sections of a page record, in order (1-based in the scripts).
 STATS, STATE, NEIGHBOURS, ROW, GROUP = 1, 2, 3, 4, 5
 
@@ -22,23 +43,52 @@ STATS, STATE, NEIGHBOURS, ROW, GROUP = 1, 2, 3, 4, 5
 #: expires ``ttl`` ms after its page's last write, unless it holds a sibling group that must
 #: stay: one of several pages, or of a page not fetched (a group's home record, below).
 LUA_LIB = """
-local HEAD = 16
+local HEAD = 16  -- the longest head (version 1)
 local ttl = 0
+local function layout(v)
+  -- a page record's head size and its sections' lengths (version 2 or 1); nil if not one
+  if not v then return nil end
+  local version, head, lens = string.byte(v, 1), nil, nil
+  if version == 2 and #v >= 8 then
+    head, lens = 8, {struct.unpack('<BHHBB', v, 2)}
+  elseif version == 1 and #v >= 16 then
+    head, lens = 16, {struct.unpack('<BIIHI', v, 2)}
+  else
+    return nil
+  end
+  local total = head
+  for j = 1, 5 do total = total + lens[j] end
+  if total ~= #v then return nil end
+  return head, lens
+end
 local function sections(v)
-  if (not v) or #v < HEAD or string.byte(v, 1) ~= 1 then return nil end
-  local l1, l2, l3, l4, l5 = struct.unpack('<BIIHI', v, 2)
-  if HEAD + l1 + l2 + l3 + l4 + l5 ~= #v then return nil end
-  local at = HEAD + 1
+  local head, lens = layout(v)
+  if not head then return nil end
+  local at = head + 1
   local out = {}
-  for _, len in ipairs({l1, l2, l3, l4, l5}) do
-    out[#out + 1] = string.sub(v, at, at + len - 1)
-    at = at + len
+  for j = 1, 5 do
+    out[j] = string.sub(v, at, at + lens[j] - 1)
+    at = at + lens[j]
   end
   return out
 end
+local function fetched_at(s)
+  -- a history state's last fetch time: float64 from byte 3, or uint32 (version 3, flag 8)
+  if #s >= 6 and string.byte(s, 1) == 3 and math.floor(string.byte(s, 2) / 8) % 2 == 1 then
+    return (struct.unpack('<I', s, 3))
+  end
+  if #s >= 10 then return (struct.unpack('<d', s, 3)) end
+  return nil
+end
 local function save(key, parts, keep_ttl)
-  local v = struct.pack('<BBIIHI', 1, #parts[1], #parts[2], #parts[3], #parts[4], #parts[5])
-    .. table.concat(parts)
+  local n1, n2, n3, n4, n5 = #parts[1], #parts[2], #parts[3], #parts[4], #parts[5]
+  local v
+  if n1 < 256 and n2 < 65536 and n3 < 65536 and n4 < 256 and n5 < 256 then
+    v = struct.pack('<BBHHBB', 2, n1, n2, n3, n4, n5)
+  else
+    v = struct.pack('<BBIIHI', 1, n1, n2, n3, n4, n5)
+  end
+  v = v .. table.concat(parts)
   local _, members = string.gsub(parts[5], '\\n', '')
   if ttl == 0 or members >= 2 or (parts[2] == '' and members > 0) then
     redis.call('SET', key, v)
@@ -94,9 +144,8 @@ for i = 0, (#KEYS - k0) - 1 do
                ARGV[a0 + 4 + 4 * i], ''}
   local old = sections(redis.call('GET', key)) or {'', '', '', '', ''}
   local ok = true
-  if #new[2] >= 10 and #old[2] >= 10 then
-    if struct.unpack('<d', new[2], 3) <= struct.unpack('<d', old[2], 3) then ok = false end
-  end
+  local t_new, t_old = fetched_at(new[2]), fetched_at(old[2])
+  if t_new and t_old and t_new <= t_old then ok = false end
   if ok then
     for j = 1, 5 do
       if new[j] == '' then new[j] = old[j] end
@@ -135,14 +184,10 @@ local function section_of(key)
   local v = redis.call('GET', key)
   if not v then return false end
   if which == 0 then return v end
-  if #v < HEAD or string.byte(v, 1) ~= 1 then return 0 end
-  local lens = {struct.unpack('<BIIHI', v, 2)}
-  local at, total = HEAD + 1, HEAD
-  for j = 1, 5 do
-    if j < wanted then at = at + lens[j] end
-    total = total + lens[j]
-  end
-  if total ~= #v then return 0 end
+  local head, lens = layout(v)
+  if not head then return 0 end
+  local at = head + 1
+  for j = 1, wanted - 1 do at = at + lens[j] end
   local len = lens[wanted]
   if len == 0 then return false end
   if which < 0 then return 1 end

@@ -7,12 +7,14 @@ Keys (``prefix`` first, e.g. ``lookaround:``; ``{T}`` is a hash tag, see below):
   (`online.stores.Neighbours`), the look-around part of the feature row of its latest fetch
   (labelled at the next one; the own part is recomputed from the state, `online.pipeline`)
   and, where the record is a sibling group's home, the group's members. Layout: a version
-  byte (1), the five sections' lengths (``<BIIHI`` after the version: stats, state, related
-  pages, row, group), then the sections in that order; an empty section is absent. Stats and
+  byte, the five sections' lengths (stats, state, related pages, row, group: ``<BHHBB``
+  after version 2, written where they fit, else ``<BIIHI`` after version 1), then the
+  sections in that order; an empty section is absent (`streams.redis_scripts`). Stats and
   rows are kept by `online.stores.pack_floats` (half precision where the pipeline rounded
-  them so, sizes in float32), related pages by version 3 (with the compact store: each
-  page's id by its top 40 bits, weights a byte each, the found-with direction projected to
-  64 dimensions, 4 bits each; `online.stores.Neighbours`);
+  them so, sizes in float32), related pages by version 4 (with the compact store: each
+  page's id by its top 40 bits, weights on a byte grid, largest first as Rice-coded drops,
+  the found-with direction projected to 64 dimensions, 4 bits each;
+  `online.stores.Neighbours`), history states by version 3 (`online.history.to_bytes`);
 * a sibling group (the pages sharing a sibling key, a page and its translations:
   `online.links.sibling_key`) lives in its home record, that of the page ``https://`` + the
   key: the page itself for most pages (``www.`` pages included: the key keeps the host as
@@ -137,8 +139,7 @@ from streams.redis_scripts import (
     GROUP,
     NEIGHBOURS,
     READ_LUA,
-    RECORD_HEAD,
-    RECORD_VERSION,
+    RECORD_HEADS,
     ROW,
     STATE,
     STATS,
@@ -343,10 +344,11 @@ class RedisPageStore:
         for i, head in enumerate(heads):
             if head is None:
                 continue
-            if len(head) < RECORD_HEAD.size or head[0] != RECORD_VERSION:
+            layout = RECORD_HEADS.get(head[0]) if head else None
+            if layout is None or len(head) < layout.size:
                 self._refuse(0, int(page_ids[i]))
-            if head[1]:
-                blobs[i] = head[RECORD_HEAD.size : RECORD_HEAD.size + head[1]]
+            if head[1]:  # the stats' length, the head's second byte in either version
+                blobs[i] = head[layout.size : layout.size + head[1]]
         present = [i for i, blob in enumerate(blobs) if blob is not None]
         if present:
             # One decode for all rows: ~20k rows per batch, so no per-row parsing.

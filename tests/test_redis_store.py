@@ -15,15 +15,22 @@ import pytest
 from online.ensemble_state import EnsembleState
 from online.features import N_STATS, STATS_WIDE
 from online.hedge import AdaHedge
-from online.history import PageState, states_equal
+from online.history import PageState, _to_bytes_v2, states_equal, to_bytes
 from online.links import url_id
 from online.pipeline import PipelineConfig
 from online.related_updates import GroupGain, SiblingFollow
 from online.scorers import DEFAULT_SCORER
 from online.state_codec import MAGIC, StateRefused
-from online.stores import ID_PREFIX_SHIFT, MemoryPageStore, Neighbours, PageWrites, to_half
+from online.stores import (
+    ID_PREFIX_SHIFT,
+    MemoryPageStore,
+    Neighbours,
+    PageWrites,
+    pack_floats,
+    to_half,
+)
+from streams.redis_scripts import RECORD_HEADS
 from streams.redis_store import (
-    RECORD_VERSION,
     RedisPageStore,
     StoreUnavailable,
     slot_tags,
@@ -157,11 +164,10 @@ def test_learner_written_with_pages_and_ttl(backend):
 
 
 def _record(stats: bytes = b"", state: bytes = b"", nbrs: bytes = b"", row: bytes = b"") -> bytes:
-    """A page record as the store lays it out (for planting damaged ones)."""
-    import struct
-
+    """A page record as the store laid it out in version 1 (for planting damaged ones and
+    records written before version 2)."""
     lengths = (len(stats), len(state), len(nbrs), len(row), 0)
-    return struct.pack("<BBIIHI", RECORD_VERSION, *lengths) + stats + state + nbrs + row
+    return RECORD_HEADS[1].pack(1, *lengths) + stats + state + nbrs + row
 
 
 def test_stats_of_mixed_known_unknown_and_corrupt_pages(store):
@@ -185,6 +191,43 @@ def test_stats_of_mixed_known_unknown_and_corrupt_pages(store):
     store.client.set(store.page_key(15), _record(nbrs=b"\x07"))
     with pytest.raises(ValueError, match="unknown neighbours format"):
         store.get_neighbours([15])
+
+
+def test_records_and_states_of_every_version_are_read_and_ordered_by_fetch_time(store):
+    """A record written before version 2 (16-byte head) holding a version 2 state (float64
+    time) is read as it is; the write script keeps the newest state whichever version holds
+    each time (a version 3 state's uint32 seconds, or float64 where the time is not whole),
+    and writes the record back with version 2's 8-byte head, its other sections kept; a
+    record whose sections do not fit those 8 bytes is written with version 1's head."""
+    url = "https://versions.example/page"
+    old = PageState(last_fetched_at=1_767_225_600.0, fetches=4, sn=(1.0, 2.0, 0.25, 0.5))
+    stats = pack_floats(np.arange(N_STATS, dtype=np.float32), STATS_WIDE)
+    store.client.set(store.state_key(url), _record(stats=stats, state=_to_bytes_v2(old)))
+    assert states_equal(store.get_states([url])[0], old)
+    earlier = old._replace(last_fetched_at=old.last_fetched_at - 1.0, fetches=9)
+    store.write(PageWrites(states={url: earlier}, stats={}, neighbours={}))
+    assert store.get_states([url])[0].fetches == 4 and store.skipped == 1  # older: kept out
+    assert store.client.get(store.state_key(url))[0] == 1  # not rewritten
+    later = old._replace(last_fetched_at=old.last_fetched_at + 1.0, fetches=5)
+    assert to_bytes(later)[1] & 8  # its time as uint32 seconds
+    store.write(PageWrites(states={url: later}, stats={}, neighbours={}))
+    record = store.client.get(store.state_key(url))
+    assert record[0] == 2 and len(record) == 8 + len(stats) + len(to_bytes(later))
+    assert store.get_states([url])[0] == later
+    np.testing.assert_array_equal(store.get_stats(np.array([url_id(url)]))[0], np.arange(N_STATS))
+    half = later._replace(last_fetched_at=later.last_fetched_at + 0.5, fetches=6)
+    assert not to_bytes(half)[1] & 8  # float64: not a whole second
+    store.write(PageWrites(states={url: half}, stats={}, neighbours={}))
+    store.write(PageWrites(states={url: later._replace(fetches=7)}, stats={}, neighbours={}))
+    assert store.get_states([url])[0] == half
+    # a group too long for version 2's one-byte length: version 1's head, read the same
+    key = "versions.example/page"
+    members = [f"https://versions.example/l{i:02d}-translated/page" for i in range(30)]
+    store.write(PageWrites(states={}, stats={}, neighbours={}, siblings={key: members}))
+    home = store.client.get(store.page_key(store.group_home(key)))
+    assert home[0] == 1 and len(home) > 16 + 255
+    assert store.get_siblings([key])[0].urls == tuple(members)
+    assert store.get_states([url])[0] == half
 
 
 def test_sibling_groups_gains_and_follow_through_redis(store):
