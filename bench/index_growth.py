@@ -19,6 +19,9 @@ import sys
 import time
 from pathlib import Path
 
+import online  # noqa: F401  (before FAISS loads: online.blas picks its BLAS kernels)
+
+# isort: split
 import faiss
 import numpy as np
 

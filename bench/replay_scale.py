@@ -46,6 +46,9 @@ class Run:
     searches: int = 0
     lists: int = 0
     probes: int = 0
+    #: IVF upserts that kept their list unranked, and of those the ones taken from a search
+    lists_kept: int = 0
+    lists_from_search: int = 0
 
     @property
     def rate(self) -> float:
@@ -57,7 +60,9 @@ class Run:
             f"{self.name:28s} {self.events:>10,} events {self.rate:>8,.0f} events/s  "
             f"peak {self.peak_bytes / 1024**3:5.2f} GB  "
             f"{self.peak_bytes / self.pages:>6,.0f} B/page  (MB a process: {each}); "
-            f"{self.searches:,} searches, {self.probes} of {self.lists} lists probed"
+            f"{self.searches:,} searches, {self.probes} of {self.lists} lists probed, "
+            f"{self.lists_kept:,} upserts kept their list ({self.lists_from_search:,} from a "
+            "search)"
         )
 
 
@@ -119,7 +124,16 @@ def replay(events: Path, out: Path, name: str, pages: int) -> Run:
     seconds = float(summary.get("seconds") or (time.perf_counter() - started))
     helpers = sorted(p for p in peaks if p != child.pid)  # pids rise in start order
     each = [peaks.get(child.pid, 0)] + [peaks[p] for p in helpers if peaks[p] > _TRACKER]
-    index = (summary.get(k, 0) for k in ("neighbour_searches", "index_lists", "index_probes"))
+    index = (
+        summary.get(k, 0)
+        for k in (
+            "neighbour_searches",
+            "index_lists",
+            "index_probes",
+            "index_lists_kept",
+            "index_lists_from_search",
+        )
+    )
     return Run(name, pages, int(summary["events_read"]), seconds, peak, each, *index)
 
 

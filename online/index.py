@@ -235,6 +235,9 @@ BLAS_FROM_QUERIES = 20
 #: Float32 rounding allowed for in a list's margin (inner products of unit vectors).
 _MARGIN_ROUNDING = 1e-5
 
+#: Searched queries whose nearest lists the index keeps for the upserts to come: a batch's.
+SEARCHES_KEPT = 65_536
+
 
 def size_for_more_lists(lists: int) -> int:
     """The smallest index size whose `default_nlist` is above ``lists``.
@@ -379,6 +382,11 @@ class FaissIndex:
         self._slack = np.zeros(0, np.float32)
         self._centroid_norm = 0.0  # the largest IVF centroid norm
         self.lists_kept = 0  # upserts that kept their list without a centroid search
+        #: of those, the upserts whose list came from a search of their vector (`search`)
+        self.lists_from_search = 0
+        #: the IVF searches' queries since the last upsert, with their nearest lists and
+        #: slacks: (ids excluded, queries, lists, slacks) a chunk
+        self._searched: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
         self._flat: faiss.IndexIDMap2 | None = faiss.IndexIDMap2(faiss.IndexFlatIP(self.dim))
         self._ivf: faiss.IndexIVF | None = None
 
@@ -476,6 +484,7 @@ class FaissIndex:
             if limit is not None and len(self) >= limit:
                 self._at_threshold()
             ids, vectors = ids[split:], vectors[split:]
+        self._searched.clear()
 
     def _apply_upsert(self, ids: np.ndarray, vectors: np.ndarray) -> None:
         if self._ivf is None:
@@ -590,6 +599,12 @@ class FaissIndex:
             direct_map = ivf.direct_map
             lists[stored] = [faiss.lo_listno(direct_map.get(p)) for p in ids[stored].tolist()]
         todo = np.flatnonzero(lists < 0)  # repeats in the chunk too: few, and done in order
+        if len(todo) and self._searched:
+            found, left = self._searched_lists(ids[todo], vectors[todo])
+            hits = left > 0
+            lists[todo[hits]], slack[todo[hits]] = found[hits], left[hits]
+            self.lists_from_search += int(hits.sum())
+            todo = todo[~hits]
         if len(todo):
             found_sims, found_lists = ivf.quantizer.search(vectors[todo], min(2, ivf.nlist))
             lists[todo] = found_lists[:, 0]
@@ -605,6 +620,26 @@ class FaissIndex:
                 lists[row], slack[row] = lists[earlier], left
         self.lists_kept += n - len(todo)
         return lists, slack
+
+    def _searched_lists(
+        self, ids: np.ndarray, vectors: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Per upsert, the list a search since the last upsert found for its page's query, and
+        the slack left after the distance from that query (<= 0: no search of the page, or
+        its vector is too far from what was searched)."""
+        searched_ids, queries, found_lists, found_slack = (
+            np.concatenate(parts) for parts in zip(*self._searched, strict=True)
+        )
+        at_of = dict(zip(searched_ids.tolist(), range(len(searched_ids)), strict=True))
+        at = np.fromiter((at_of.get(page, -1) for page in ids.tolist()), np.int64, len(ids))
+        lists = np.full(len(ids), -1, dtype=np.int64)
+        left = np.full(len(ids), -1.0, dtype=np.float32)
+        hit = np.flatnonzero(at >= 0)
+        if len(hit):
+            moved = np.linalg.norm(vectors[hit] - queries[at[hit]], axis=1)
+            lists[hit] = found_lists[at[hit]]
+            left[hit] = found_slack[at[hit]] - moved
+        return lists, left
 
     def _upsert_ivf_lists(
         self,
@@ -684,6 +719,7 @@ class FaissIndex:
         norm is read for the slacks to come."""
         assert self._ivf is not None
         self._slack[:] = -1.0
+        self._searched.clear()
         centroids = self._ivf.quantizer.reconstruct_n(0, self._ivf.nlist)
         self._centroid_norm = float(np.linalg.norm(centroids, axis=1).max())
 
@@ -776,10 +812,42 @@ class FaissIndex:
         if k == 0 or n == 0 or not len(self):
             return np.zeros((n, k), np.float32), np.full((n, k), -1, np.int64)
         extra = 0 if exclude is None else 1
-        if self._ivf is not None:
-            self._ivf.nprobe = min(self.nprobe, self._ivf.nlist)
-        sims, ids = self._index.search(queries, k + extra)
+        if self._ivf is None:
+            sims, ids = self._index.search(queries, k + extra)
+        else:
+            sims, ids = self._search_ivf(queries, k + extra, exclude)
         return drop_excluded(sims, ids, k, exclude)
+
+    def _search_ivf(
+        self, queries: np.ndarray, k: int, exclude: np.ndarray | None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """`IndexIVF.search` in its two steps, ranking the centroids and scanning the lists,
+        so that the ranking is kept for the excluded pages' upserts to come: a page searched
+        with a vector and upserted with one close to it takes its list from the search
+        (`_lists_of`) instead of ranking the centroids again."""
+        ivf = self._ivf
+        assert ivf is not None
+        ivf.nprobe = min(self.nprobe, ivf.nlist)
+        coarse_sims, coarse_lists = ivf.quantizer.search(queries, ivf.nprobe)
+        sims, ids = ivf.search_preassigned(queries, k, coarse_lists, coarse_sims)
+        if exclude is not None:
+            self._keep_searched(np.asarray(exclude), queries, coarse_sims, coarse_lists)
+        return sims, ids
+
+    def _keep_searched(
+        self, ids: np.ndarray, queries: np.ndarray, sims: np.ndarray, lists: np.ndarray
+    ) -> None:
+        """Keep a search's nearest lists and their slacks (see `_lists_of`) until the next
+        upsert, the most recent `SEARCHES_KEPT` queries at most."""
+        if sims.shape[1] >= 2 and self._centroid_norm > 0:
+            slack = (sims[:, 0] - sims[:, 1]) / (2 * self._centroid_norm) - _MARGIN_ROUNDING
+        else:
+            slack = np.full(len(sims), np.inf if sims.shape[1] else -1.0)
+        self._searched.append(
+            (ids.astype(np.int64), queries.copy(), lists[:, 0].copy(), slack.astype(np.float32))
+        )
+        while sum(len(part[0]) for part in self._searched) > SEARCHES_KEPT:
+            self._searched.pop(0)
 
 
 @dataclass(frozen=True)

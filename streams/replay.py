@@ -64,6 +64,10 @@ class ReplaySummary:
     #: search is exact; `online.index.FaissIndex`)
     index_lists: int = 0
     index_probes: int = 0
+    #: IVF upserts that kept their page's list without ranking the centroids, and of those
+    #: the ones that took it from a search of their vector (`online.index.FaissIndex`)
+    index_lists_kept: int = 0
+    index_lists_from_search: int = 0
     neighbour_searches: int = 0
     #: of those, searched again wider (see `online.neighbour_search`)
     neighbour_searches_widened: int = 0
@@ -216,6 +220,8 @@ def replay(
     summary.indexed_pages = len(pipeline.index)
     summary.index_lists = int(getattr(pipeline.index, "lists", 0))
     summary.index_probes = int(getattr(pipeline.index, "probes", 0))
+    summary.index_lists_kept = int(getattr(pipeline.index, "lists_kept", 0))
+    summary.index_lists_from_search = int(getattr(pipeline.index, "lists_from_search", 0))
     summary.seconds = round(time.perf_counter() - started, 3)
     summary.events_per_second = round(summary.events_read / max(summary.seconds, 1e-9), 1)
     (out_dir / SUMMARY_FILE).write_bytes(orjson.dumps(asdict(summary), option=orjson.OPT_INDENT_2))

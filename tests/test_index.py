@@ -479,6 +479,40 @@ def test_a_page_that_barely_moved_keeps_its_list_and_every_list_is_the_nearest_c
     assert 0 < index.lists_kept < 6 * (n + 50)
 
 
+def test_an_upsert_takes_its_list_from_a_search_of_its_vector_only_while_it_is_near() -> None:
+    """Pages searched, then upserted (some where they were searched, some a little away,
+    some far away), take their IVF list from the search while within its slack and rank
+    the centroids otherwise: the index ends as one given the same upserts unsearched."""
+    rng = np.random.default_rng(5)
+    dim, n = 16, 600
+    searched = FaissIndex(dim=dim, exact_below=100, nlist=24, retrain_growth=None)
+    unsearched = FaissIndex(dim=dim, exact_below=100, nlist=24, retrain_growth=None)
+    x = clustered(n, dim, seed=5)
+    for index in (searched, unsearched):
+        index.upsert(np.arange(n), x)
+    for round_ in range(4):
+        queries = x + rng.normal(0, 0.3, x.shape).astype(np.float32)
+        queries /= np.linalg.norm(queries, axis=1, keepdims=True)
+        x = queries.copy()
+        x[n // 3 :] += rng.normal(0, 0.002, x[n // 3 :].shape).astype(np.float32)
+        x[2 * n // 3 :] = clustered(n - 2 * n // 3, dim, seed=50 + round_)  # moved far
+        pages = np.arange(n)
+        searched.search(queries[::2], k=5, exclude=pages[::2])
+        searched.search(queries[1::2], k=5, exclude=pages[1::2])
+        order = rng.permutation(n)
+        for index in (searched, unsearched):
+            index.upsert(order, x[order])
+    assert searched.lists_from_search > n  # most of the pages near their query
+    assert unsearched.lists_from_search == 0
+    ivf = searched._ivf
+    assert ivf is not None
+    nearest = ivf.quantizer.search(searched.reconstruct_many(np.arange(n)), 1)[1][:, 0]
+    assert [faiss_list(ivf, page) for page in range(n)] == nearest.tolist()
+    probe = clustered(50, dim, seed=99)
+    for a, b in zip(searched.search(probe, 20), unsearched.search(probe, 20), strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
 def faiss_list(ivf: faiss.IndexIVF, page: int) -> int:
     """The IVF list that holds ``page``."""
     return int(faiss.lo_listno(ivf.direct_map.get(page)))
