@@ -608,11 +608,7 @@ class FaissIndex:
         if len(todo):
             found_sims, found_lists = ivf.quantizer.search(vectors[todo], min(2, ivf.nlist))
             lists[todo] = found_lists[:, 0]
-            if found_sims.shape[1] == 2 and self._centroid_norm > 0:
-                margin = (found_sims[:, 0] - found_sims[:, 1]) / (2 * self._centroid_norm)
-                slack[todo] = margin - _MARGIN_ROUNDING
-            else:
-                slack[todo] = np.inf  # one list: nothing to move to
+            slack[todo] = self._slack_of(found_sims)
         for row in np.flatnonzero(previous >= 0).tolist():
             earlier = previous[row]
             left = slack[earlier] - float(np.linalg.norm(vectors[row] - vectors[earlier]))
@@ -620,6 +616,13 @@ class FaissIndex:
                 lists[row], slack[row] = lists[earlier], left
         self.lists_kept += n - len(todo)
         return lists, slack
+
+    def _slack_of(self, sims: np.ndarray) -> np.ndarray:
+        """Each vector's slack from its similarities to its nearest centroids, best first
+        (see `_lists_of`); infinite with one list: there is nothing to move to."""
+        if sims.shape[1] >= 2 and self._centroid_norm > 0:
+            return (sims[:, 0] - sims[:, 1]) / (2 * self._centroid_norm) - _MARGIN_ROUNDING
+        return np.full(len(sims), np.inf)
 
     def _searched_lists(
         self, ids: np.ndarray, vectors: np.ndarray
@@ -839,13 +842,8 @@ class FaissIndex:
     ) -> None:
         """Keep a search's nearest lists and their slacks (see `_lists_of`) until the next
         upsert, the most recent `SEARCHES_KEPT` queries at most."""
-        if sims.shape[1] >= 2 and self._centroid_norm > 0:
-            slack = (sims[:, 0] - sims[:, 1]) / (2 * self._centroid_norm) - _MARGIN_ROUNDING
-        else:
-            slack = np.full(len(sims), np.inf if sims.shape[1] else -1.0)
-        self._searched.append(
-            (ids.astype(np.int64), queries.copy(), lists[:, 0].copy(), slack.astype(np.float32))
-        )
+        slack = self._slack_of(sims).astype(np.float32)
+        self._searched.append((ids.astype(np.int64), queries.copy(), lists[:, 0].copy(), slack))
         while sum(len(part[0]) for part in self._searched) > SEARCHES_KEPT:
             self._searched.pop(0)
 
