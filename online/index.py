@@ -32,6 +32,7 @@ from typing import Protocol, runtime_checkable
 import faiss
 import numpy as np
 
+from online.byte_grid import ByteGrid
 from online.id_rows import IdRows
 from online.kernels import gather_half
 
@@ -235,6 +236,9 @@ BLAS_FROM_QUERIES = 20
 #: Float32 rounding allowed for in a list's margin (inner products of unit vectors).
 _MARGIN_ROUNDING = 1e-5
 
+#: Vectors added to a new IVF index a call: bounds their codes' copy (13 MB at 192-d).
+_ADD_CHUNK = 16_384
+
 #: Searched queries whose nearest lists the index keeps for the upserts to come: a batch's.
 SEARCHES_KEPT = 65_536
 
@@ -290,11 +294,13 @@ class FaissIndex:
     similarity by about 1e-3 at most. The stored vectors are kept in a table of their own
     (`reconstruct`; a numpy gather from it is several times cheaper than FAISS's lookups);
     the IVF lists, which a search scans, keep ``codes="8bit"`` (the default): one byte a
-    dimension, uniform over the range the lists were trained on. That halves the lists'
-    memory against float16 and makes a scan faster, at the price of approximate similarities
-    in `search` (the ids ranked by them); the core re-scores its candidates from the stored
-    vectors, so its related pages are those of the stored vectors whenever the exact ones are
-    among the candidates. ``codes="stored"`` keeps the lists as the vectors are stored.
+    dimension, uniform over the range the lists were trained on, scanned as bytes by
+    FAISS's integer kernels against the query put on bytes too (`online.byte_grid`). That
+    halves the lists' memory against float16 and makes a scan faster, at the price of
+    approximate similarities in `search` (the ids ranked by them); the core re-scores its
+    candidates from the stored vectors, so its related pages are those of the stored vectors
+    whenever the exact ones are among the candidates. ``codes="stored"`` keeps the lists as
+    the vectors are stored.
 
     **Retraining as it grows.** Lists trained on the first ``exact_below`` pages become too
     few and too long as the index grows: a search scans ``nprobe`` lists, so its cost grows
@@ -389,6 +395,11 @@ class FaissIndex:
         self._searched: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
         self._flat: faiss.IndexIDMap2 | None = faiss.IndexIDMap2(faiss.IndexFlatIP(self.dim))
         self._ivf: faiss.IndexIVF | None = None
+        #: the IVF lists' centroids, ranked by searches and upserts (the IVF's own quantizer
+        #: where the lists hold the vectors; with byte codes it is only their shape)
+        self._coarse: faiss.IndexFlatIP | None = None
+        #: the grid of the IVF lists' byte codes (``codes="8bit"``; None: the stored vectors)
+        self._grid: ByteGrid | None = None
 
     # -- introspection -------------------------------------------------------------------
 
@@ -606,7 +617,7 @@ class FaissIndex:
             self.lists_from_search += int(hits.sum())
             todo = todo[~hits]
         if len(todo):
-            found_sims, found_lists = ivf.quantizer.search(vectors[todo], min(2, ivf.nlist))
+            found_sims, found_lists = self._centroids.search(vectors[todo], min(2, ivf.nlist))
             lists[todo] = found_lists[:, 0]
             slack[todo] = self._slack_of(found_sims)
         for row in np.flatnonzero(previous >= 0).tolist():
@@ -665,13 +676,15 @@ class FaissIndex:
         # Each vector's list, found for the whole chunk at once (one matrix product, not one
         # search a page: most of an add's cost when pages are replaced one by one).
         if lists is None:
-            lists = ivf.quantizer.search(vectors, 1)[1].reshape(-1)
+            lists = self._centroids.search(vectors, 1)[1].reshape(-1)
         lists = np.ascontiguousarray(lists, dtype=np.int64)
+
+        codes = vectors if self._grid is None else self._grid.encode(vectors)
 
         def add(lo: int, hi: int) -> None:
             ivf.add_core(
                 hi - lo,
-                faiss.swig_ptr(vectors[lo:hi]),
+                faiss.swig_ptr(codes[lo:hi]),
                 faiss.swig_ptr(ids[lo:hi]),
                 faiss.swig_ptr(lists[lo:hi]),
             )
@@ -717,13 +730,23 @@ class FaissIndex:
         self._vectors[rows] = vectors[last]
         self._slack[rows] = -1.0 if slack is None else slack[last]
 
+    @property
+    def _centroids(self) -> faiss.IndexFlatIP:
+        assert self._coarse is not None
+        return self._coarse
+
+    def _use(self, lists: _Lists) -> None:
+        """Search and update ``lists`` from now on."""
+        self._ivf, self._coarse, self._grid = lists.ivf, lists.centroids, lists.grid
+        self._new_lists()
+
     def _new_lists(self) -> None:
         """The IVF lists were built anew: no page's slack is known; the centroids' largest
         norm is read for the slacks to come."""
         assert self._ivf is not None
         self._slack[:] = -1.0
         self._searched.clear()
-        centroids = self._ivf.quantizer.reconstruct_n(0, self._ivf.nlist)
+        centroids = self._centroids.reconstruct_n(0, self._ivf.nlist)
         self._centroid_norm = float(np.linalg.norm(centroids, axis=1).max())
 
     def _ivf_remove(self, ids: np.ndarray) -> None:
@@ -740,8 +763,7 @@ class FaissIndex:
         vectors = flat.index.reconstruct_n(0, n)
         ids = faiss.vector_to_array(flat.id_map).astype(np.int64)
         nlist = self.nlist if self.nlist is not None else default_nlist(n)
-        self._ivf = _build_ivf(self._ivf_params(nlist), vectors, ids, vectors)
-        self._new_lists()
+        self._use(_build_ivf(self._ivf_params(nlist), vectors, ids, vectors))
         self._flat = None
 
     # -- retraining ----------------------------------------------------------------------
@@ -783,8 +805,7 @@ class FaissIndex:
         current one (waiting for it if it is not ready)."""
         retraining, self._retraining = self._retraining, None
         assert retraining is not None
-        self._ivf = retraining.built.result()
-        self._new_lists()
+        self._use(retraining.built.result())
         members = set(retraining.ids.tolist())
         for ids, vectors in retraining.changes:
             if vectors is None:
@@ -831,8 +852,13 @@ class FaissIndex:
         ivf = self._ivf
         assert ivf is not None
         ivf.nprobe = min(self.nprobe, ivf.nlist)
-        coarse_sims, coarse_lists = ivf.quantizer.search(queries, ivf.nprobe)
-        sims, ids = ivf.search_preassigned(queries, k, coarse_lists, coarse_sims)
+        coarse_sims, coarse_lists = self._centroids.search(queries, ivf.nprobe)
+        if self._grid is None:
+            sims, ids = ivf.search_preassigned(queries, k, coarse_lists, coarse_sims)
+        else:
+            codes = self._grid.encode_queries(queries)
+            sims, ids = ivf.search_preassigned(codes, k, coarse_lists, coarse_sims)
+            sims = np.where(ids >= 0, self._grid.similarities(queries, sims), sims)
         if exclude is not None:
             self._keep_searched(np.asarray(exclude), queries, coarse_sims, coarse_lists)
         return sims, ids
@@ -857,27 +883,44 @@ class _IVFParams:
     seed: int
 
 
+@dataclass(frozen=True)
+class _Lists:
+    """An IVF index, the flat index of its centroids (searched for a vector's lists) and the
+    grid of its byte codes (None: the lists hold the vectors as stored)."""
+
+    ivf: faiss.IndexIVF
+    centroids: faiss.IndexFlatIP
+    grid: ByteGrid | None
+
+
 def _build_ivf(
     params: _IVFParams, train: np.ndarray, ids: np.ndarray, vectors: np.ndarray
-) -> faiss.IndexIVF:
-    """An IVF index with ``params.nlist`` lists trained on ``train`` and holding ``vectors``
-    under ``ids``, with a hash-table direct map so pages can be replaced and removed."""
-    quantizer = faiss.IndexFlatIP(params.dim)
+) -> _Lists:
+    """IVF lists, ``params.nlist`` centroids trained on ``train``, holding ``vectors`` under
+    ``ids``, with a hash-table direct map so pages can be replaced and removed."""
+    centroids = faiss.IndexFlatIP(params.dim)
+    cp = faiss.ClusteringParameters()
+    cp.niter, cp.spherical = 10, True  # what FAISS's IVF trains its lists with
+    cp.seed = params.seed
+    cp.min_points_per_centroid = 1  # nlist is chosen by the caller; no warnings on stderr
+    cp.max_points_per_centroid = max(256, len(train) // params.nlist + 1)  # all of them
+    faiss.Clustering(params.dim, params.nlist, cp).train(train, centroids)
+    grid = None
     if params.codes == "8bit":
+        # Byte codes scanned as bytes (`online.byte_grid`); searches and upserts rank the
+        # centroids in `centroids`, so the IVF's own quantizer only gives the codes' shape.
+        grid = ByteGrid.spanning(train)
         ivf = faiss.IndexIVFScalarQuantizer(
-            quantizer,
-            params.dim,
+            faiss.IndexFlatIP(grid.code_dim),
+            grid.code_dim,
             params.nlist,
-            faiss.ScalarQuantizer.QT_8bit_uniform,  # one range for all dimensions: fastest
+            faiss.ScalarQuantizer.QT_8bit_direct,
             faiss.METRIC_INNER_PRODUCT,
             False,
         )
-        # the trained range widened by a fifth each side: later pages' vectors may reach past
-        # the first pages' (a code past the range is clamped), at a step 1.4 x as coarse
-        ivf.sq.rangestat_arg = 0.2
     elif params.storage == "float16":
         ivf = faiss.IndexIVFScalarQuantizer(
-            quantizer,
+            centroids,
             params.dim,
             params.nlist,
             faiss.ScalarQuantizer.QT_fp16,
@@ -885,14 +928,18 @@ def _build_ivf(
             False,  # codes are the vectors themselves, not residuals to their centroid
         )
     else:
-        ivf = faiss.IndexIVFFlat(quantizer, params.dim, params.nlist, faiss.METRIC_INNER_PRODUCT)
-    ivf.cp.seed = params.seed
-    ivf.cp.min_points_per_centroid = 1  # nlist is chosen by the caller; no warnings on stderr
-    ivf.cp.max_points_per_centroid = max(256, len(train) // params.nlist + 1)  # all of them
-    ivf.train(train)
+        ivf = faiss.IndexIVFFlat(centroids, params.dim, params.nlist, faiss.METRIC_INNER_PRODUCT)
+    ivf.is_trained = True  # the codes learn nothing (direct, half or full floats)
     ivf.set_direct_map_type(faiss.DirectMap.Hashtable)
-    ivf.add_with_ids(vectors, ids)
-    return ivf  # the python wrapper keeps the quantizer alive
+    for lo in range(0, len(ids), _ADD_CHUNK):  # each vector to its nearest centroid's list
+        chunk = np.ascontiguousarray(vectors[lo : lo + _ADD_CHUNK], dtype=np.float32)
+        lists = np.ascontiguousarray(centroids.search(chunk, 1)[1].reshape(-1))
+        codes = chunk if grid is None else grid.encode(chunk)
+        chunk_ids = np.ascontiguousarray(ids[lo : lo + _ADD_CHUNK], dtype=np.int64)
+        ivf.add_core(
+            len(chunk), faiss.swig_ptr(codes), faiss.swig_ptr(chunk_ids), faiss.swig_ptr(lists)
+        )
+    return _Lists(ivf, centroids, grid)  # the python wrappers keep their quantizers alive
 
 
 @dataclass
@@ -903,7 +950,7 @@ class _Retraining:
 
     takeover_at: int
     ids: np.ndarray
-    built: Future[faiss.IndexIVF]
+    built: Future[_Lists]
     changes: list[tuple[np.ndarray, np.ndarray | None]] = field(default_factory=list)
 
 

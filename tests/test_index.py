@@ -471,8 +471,8 @@ def test_a_page_that_barely_moved_keeps_its_list_and_every_list_is_the_nearest_c
         index.upsert(ids, vectors)
     ivf = index._ivf
     assert ivf is not None
-    nearest = ivf.quantizer.search(index.reconstruct_many(np.arange(n)), 1)[1][:, 0]
-    x_nearest = ivf.quantizer.search(x, 1)[1][:, 0]
+    nearest = index._centroids.search(index.reconstruct_many(np.arange(n)), 1)[1][:, 0]
+    x_nearest = index._centroids.search(x, 1)[1][:, 0]
     held = [faiss_list(ivf, page) for page in range(n)]
     assert np.array_equal(held, x_nearest)
     assert np.mean(np.asarray(held) == nearest) > 0.99  # the stored copy, rounded
@@ -506,7 +506,7 @@ def test_an_upsert_takes_its_list_from_a_search_of_its_vector_only_while_it_is_n
     assert unsearched.lists_from_search == 0
     ivf = searched._ivf
     assert ivf is not None
-    nearest = ivf.quantizer.search(searched.reconstruct_many(np.arange(n)), 1)[1][:, 0]
+    nearest = searched._centroids.search(searched.reconstruct_many(np.arange(n)), 1)[1][:, 0]
     assert [faiss_list(ivf, page) for page in range(n)] == nearest.tolist()
     probe = clustered(50, dim, seed=99)
     for a, b in zip(searched.search(probe, 20), unsearched.search(probe, 20), strict=True):
