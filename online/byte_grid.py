@@ -21,7 +21,8 @@ and queries on such bytes so that the scan still ranks pages by their inner prod
   is clamped: its scan numbers are off by the excess, it is ranked as if a little nearer or
   farther; the candidates are re-scored from the stored vectors all the same.
 
-`similarities` turns the scan's numbers back into inner products with the grid's vectors.
+`similarities` turns the scan's numbers back into inner products with the grid's vectors,
+from the queries and the bytes they were scanned with.
 
 >>> vectors = np.array([[-0.6, 0.8], [0.8, 0.6]], dtype=np.float32)
 >>> grid = ByteGrid.spanning(vectors)
@@ -30,7 +31,7 @@ and queries on such bytes so that the scan still ranks pages by their inner prod
 ((2, 18), True, True)
 >>> queries = grid.encode_queries(vectors)
 >>> scanned = queries @ codes.T  # what FAISS's scan sums
->>> (grid.similarities(vectors, scanned).round(2) + 0.0).tolist()
+>>> (grid.similarities(vectors, queries, scanned).round(2) + 0.0).tolist()
 [[1.0, 0.0], [0.0, 1.0]]
 """
 
@@ -114,11 +115,14 @@ class ByteGrid:
         codes[:, : self.dim] = np.rint(matrix * scale) + 128.0
         return codes
 
-    def similarities(self, queries: np.ndarray, scanned: np.ndarray) -> np.ndarray:
+    def similarities(
+        self, queries: np.ndarray, query_codes: np.ndarray, scanned: np.ndarray
+    ) -> np.ndarray:
         """Inner products (n, k) of ``queries`` (n, dim) with the vectors the codes stand
-        for, from the scan's sums of products of their bytes (`encode_queries`) and codes."""
+        for, from the scan's sums of products of the queries' bytes (``query_codes``, as
+        `encode_queries` made them) and the codes."""
         matrix = np.asarray(queries, dtype=np.float64)
-        signed = self.encode_queries(matrix)[:, : self.dim].astype(np.float64) - 128.0
+        signed = np.asarray(query_codes)[:, : self.dim].astype(np.float64) - 128.0
         # the part of the scan's sum that is the same for every code (the balance dimensions
         # make 128 * sum(code) the same), then the query's scale and the step undone
         same = 128.0 * signed.sum(axis=1, keepdims=True) + 128.0 * 128.0 * self.code_dim

@@ -860,7 +860,7 @@ class FaissIndex:
         else:
             codes = self._grid.encode_queries(queries)
             sims, ids = ivf.search_preassigned(codes, k, coarse_lists, coarse_sims)
-            sims = np.where(ids >= 0, self._grid.similarities(queries, sims), sims)
+            sims = np.where(ids >= 0, self._grid.similarities(queries, codes, sims), sims)
         if exclude is not None:
             self._keep_searched(np.asarray(exclude), queries, coarse_sims, coarse_lists)
         return sims, ids

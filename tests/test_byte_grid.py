@@ -67,7 +67,7 @@ def test_the_scan_ranks_codes_as_the_grids_vectors_and_gives_back_their_similari
     # the balance dimensions make every code's bytes add up to the same total
     np.testing.assert_array_equal(codes.sum(axis=1), np.full(len(x), 128.0 * grid.code_dim))
     sums = queries.astype(np.float64) @ codes.astype(np.float64).T
-    sims = grid.similarities(q, sums)
+    sims = grid.similarities(q, queries, sums)
     signed_q = (queries[:, :dim] - 128.0) * np.abs(q).max(axis=1, keepdims=True) / 127
     on_grid = signed_q @ ((codes[:, :dim] - 128.0) * grid.step).T
     np.testing.assert_allclose(sims, on_grid, atol=1e-5)
@@ -93,7 +93,7 @@ def test_a_zero_query_is_similar_to_nothing() -> None:
     zero = np.zeros((1, 16), dtype=np.float32)
     queries = grid.encode_queries(zero)
     assert (queries == 128.0).all()
-    sims = grid.similarities(zero, queries.astype(np.float64) @ grid.encode(x).T)
+    sims = grid.similarities(zero, queries, queries.astype(np.float64) @ grid.encode(x).T)
     np.testing.assert_array_equal(sims, np.zeros((1, 50), np.float32))
 
 

@@ -62,6 +62,25 @@ def test_in_flight_until_the_next_update_a_failure_or_the_timeout():
     assert urls(f.take(now=4, n=5, real_now=133)) == ["a"]
 
 
+def test_a_late_update_of_an_earlier_fetch_leaves_a_page_in_flight():
+    """A lagging worker's update of the fetch before the hand-out does not free the page: its
+    recrawl is still queued, and handing it out again would spend the budget twice."""
+    for mode in ("budget", "due"):
+        f = RecrawlFrontier(mode, inflight_timeout=600)
+        f.update(update("a", 0, due=1, rate=1.0))
+        f.update(update("b", 0, due=1, rate=0.5))
+        assert urls(f.take(now=3 * DAY, n=1, real_now=0)) == ["a"]
+        # The update of a fetch at 2 days, made before the hand-out and reported late.
+        assert f.update(update("a", 2 * DAY, due=2 * DAY, rate=1.0))  # it applies ...
+        assert urls(f.take(now=3 * DAY, n=2, real_now=1)) == ["b"]  # ... a stays in flight
+        f.fetched("a", 2.5 * DAY)  # a response of a request before the hand-out
+        assert f.take(now=3 * DAY, n=2, real_now=2) == []
+        f.fetched("a", 3 * DAY)  # the recrawl's own fetch
+        if mode == "due":
+            f.update(update("a", 3 * DAY, due=3 * DAY))  # the due mode waits for its update
+        assert urls(f.take(now=4 * DAY, n=2, real_now=3)) == ["a"]
+
+
 def test_budget_mode_orders_by_expected_waiting_links_square_root_rule():
     f = RecrawlFrontier("budget")
     f.update(update("fast-recent", 9 * DAY, rate=1.0))  # 1 day old: sqrt(1) * 1 = 1

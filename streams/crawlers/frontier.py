@@ -14,8 +14,10 @@ orders:
 * ``interval``: pages fetched at least ``interval_seconds`` ago, the longest waiting first (the
   baseline: every page at a fixed interval).
 
-A page handed out is in flight until its next fetch is known (a newer update, or the fetch
-itself in the ``interval`` and ``budget`` modes, which order by the time since it),
+A page handed out is in flight until its next fetch is known (an update of a fetch at or after
+the moment it was handed out, or that fetch itself in the ``interval`` and ``budget`` modes,
+which order by the time since it; an update of an earlier fetch that arrives late, as when
+the worker lags, leaves it in flight, so a queued recrawl is never issued twice),
 `RecrawlFrontier.release` says its request failed, or ``inflight_timeout`` real seconds pass:
 it is never handed out twice at once. So a ``budget`` crawl spends its budget whether or not
 lookaround's updates keep up with it: a page fetched and not yet scored keeps its last rate.
@@ -78,6 +80,7 @@ class RecrawlFrontier:
         self._rate = np.zeros(size)
         self._score = np.zeros(size)
         self._busy_until = np.full(size, -math.inf)
+        self._taken_at = np.full(size, -math.inf)
 
     def __len__(self) -> int:
         return len(self.urls)
@@ -104,6 +107,7 @@ class RecrawlFrontier:
         self._rate = more(self._rate, 0.0)
         self._score = more(self._score, 0.0)
         self._busy_until = more(self._busy_until, -math.inf)
+        self._taken_at = more(self._taken_at, -math.inf)
 
     # -- feeding --------------------------------------------------------------------------------
 
@@ -130,8 +134,13 @@ class RecrawlFrontier:
         rate = update.get("rate_per_day")
         self._score[k] = score
         self._rate[k] = float(rate) if rate is not None else max(score, 0.0)
-        self._busy_until[k] = busy if related else -math.inf
+        self._busy_until[k] = busy if related else self._still_busy(k, fetched)
         return True
+
+    def _still_busy(self, k: int, fetched: float) -> float:
+        """Page ``k``'s in-flight deadline once a fetch at ``fetched`` is known: none when the
+        fetch is the one it was handed out for (or later), else the deadline it had."""
+        return -math.inf if fetched >= self._taken_at[k] else self._busy_until[k]
 
     def fetched(self, url: str, at: float) -> None:
         """The crawler fetched ``url`` at ``at``: in ``interval`` mode, its next fetch is due
@@ -145,7 +154,7 @@ class RecrawlFrontier:
             self._fetched[k] = at
             if self.mode == "interval":
                 self._due[k] = at + float(self.interval_seconds or 0.0)
-        self._busy_until[k] = -math.inf
+        self._busy_until[k] = self._still_busy(k, at)
 
     def release(self, url: str) -> None:
         """The request for ``url`` failed: it may be handed out again."""
@@ -174,6 +183,7 @@ class RecrawlFrontier:
             candidates = candidates[np.argpartition(key[candidates], n - 1)[:n]]
         order = candidates[np.argsort(key[candidates], kind="stable")]
         self._busy_until[order] = real_now + self.inflight_timeout
+        self._taken_at[order] = now
         return [(self.urls[k], float(self._score[k])) for k in order]
 
     def due_count(self, now: float) -> int:

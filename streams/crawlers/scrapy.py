@@ -28,7 +28,11 @@ topic is the record of every page's latest priority; a restarted crawler rebuild
 from it), and a tick every ``LOOKAROUND_RECRAWL_TICK_SECONDS`` hands Scrapy's own scheduler
 the pages to recrawl (`streams.crawlers.frontier.RecrawlFrontier`: ``due``, ``budget`` or the
 baseline ``interval``) as requests with ``dont_filter=True`` and ``priority`` from the score,
-within ``LOOKAROUND_REQUESTS_PER_MINUTE``. Every request the spider schedules itself (newly
+within ``LOOKAROUND_REQUESTS_PER_MINUTE``. At most ``LOOKAROUND_RECRAWL_MAX_OUTSTANDING``
+recrawls wait for their answer at a time (default: a second of the budget, at least
+``CONCURRENT_REQUESTS``): a crawler that cannot download as fast as its budget keeps no
+growing queue of recrawls chosen by stale priorities, and the budget it could not spend is
+counted (``lookaround/budget_unspent``). Every request the spider schedules itself (newly
 found pages) spends the same budget, except the requests it marks as seeds
 (``meta={"lookaround_seed": True}``). Politeness stays Scrapy's (``DOWNLOAD_DELAY``,
 AutoThrottle, per-domain concurrency). The spider is kept open until
@@ -49,6 +53,7 @@ as ``LOOKAROUND_<FIELD>`` (``LOOKAROUND_KAFKA_BOOTSTRAP``, ``LOOKAROUND_TOPIC_FE
 ``LOOKAROUND_RECRAWL_MODE``         ``due`` (default), ``budget``, ``interval`` or ``off``
 ``LOOKAROUND_REQUESTS_PER_MINUTE``  the request budget (600)
 ``LOOKAROUND_RECRAWL_INTERVAL_DAYS`` the ``interval`` mode's interval
+``LOOKAROUND_RECRAWL_MAX_OUTSTANDING`` recrawls issued and not yet answered, at most
 ``LOOKAROUND_RECRAWL_UNTIL``        ISO time (crawl clock) to stop recrawling and close
 ``LOOKAROUND_RECRAWL_CALLBACK``     spider method recrawled responses go to (``parse``)
 =================================== ======================================================
@@ -60,6 +65,7 @@ responses skipped; recrawl requests issued; priority updates applied.
 from __future__ import annotations
 
 import logging
+import math
 import queue
 import threading
 import time
@@ -249,6 +255,10 @@ class LookaroundRecrawl:
         self.callback_name = settings.get("LOOKAROUND_RECRAWL_CALLBACK", "parse")
         self.settings = lookaround_settings(settings) if mode != "interval" else None
         self.bucket = TokenBucket(self.per_minute, time.monotonic())
+        self.max_outstanding = settings.getint("LOOKAROUND_RECRAWL_MAX_OUTSTANDING", 0) or max(
+            settings.getint("CONCURRENT_REQUESTS", 16), math.ceil(self.bucket.burst)
+        )
+        self._outstanding: dict[str, float] = {}  # recrawled URL -> real time issued
         self._updates: queue.SimpleQueue[bytes] = queue.SimpleQueue()
         self._stop = threading.Event()
         self._consumer: threading.Thread | None = None
@@ -319,12 +329,15 @@ class LookaroundRecrawl:
 
     def request_dropped(self, request: Any, spider: Any) -> None:
         if request.meta.get(RECRAWL):
+            self._answered(request.url, request.meta)
             self.frontier.release(request.url)
         elif not request.meta.get(SEED):
             self.bucket.charge(-1)  # not sent after all: refund
             self.stats.inc_value("lookaround/requests_found", -1)
 
     def response_received(self, response: Any, request: Any, spider: Any) -> None:
+        if request.meta.get(RECRAWL):
+            self._answered(response.url, response.meta)
         if self.frontier.mode != "due" and not _is_robots(request):
             at = fetched_at(response, self.clock)
             for url in [*(response.meta.get("redirect_urls") or []), response.url]:
@@ -362,7 +375,8 @@ class LookaroundRecrawl:
             self.stats.inc_value("lookaround/priorities_applied", applied)
         if self._finished():
             return
-        n = self.bucket.available(time.monotonic())
+        real_now = time.monotonic()
+        n = min(self.bucket.available(real_now), self._room(real_now))
         if n <= 0:
             return
         for url, score in self.frontier.take(self.clock.now(), n, time.monotonic()):
@@ -381,6 +395,7 @@ class LookaroundRecrawl:
             meta={RECRAWL: True},
         )
         self.bucket.charge(1)
+        self._outstanding[url] = time.monotonic()
         self.stats.inc_value("lookaround/recrawls_issued")
         self.crawler.engine.crawl(request)
 
@@ -393,8 +408,22 @@ class LookaroundRecrawl:
             return
         request = getattr(failure, "request", None)
         if request is not None:
+            self._answered(request.url, request.meta)
             self.frontier.release(request.url)
         self.stats.inc_value("lookaround/recrawls_failed")
+
+    def _answered(self, url: str, meta: dict[str, Any]) -> None:
+        """A recrawl (the URL it was issued for, first of its redirect chain) is answered."""
+        for hop in [*(meta.get("redirect_urls") or []), url]:
+            self._outstanding.pop(hop, None)
+
+    def _room(self, real_now: float) -> int:
+        """Recrawls that may be issued before ``LOOKAROUND_RECRAWL_MAX_OUTSTANDING`` wait
+        for their answer; one unanswered past the frontier's in-flight timeout counts no more."""
+        expired = real_now - self.frontier.inflight_timeout
+        for url in [u for u, at in self._outstanding.items() if at < expired]:
+            del self._outstanding[url]
+        return self.max_outstanding - len(self._outstanding)
 
     def _in_scope(self, url: Any) -> bool:
         if not isinstance(url, str):
