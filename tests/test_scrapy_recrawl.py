@@ -67,10 +67,12 @@ def test_recrawls_waiting_for_their_answer_are_capped():
     assert extension.stats.get_value("lookaround/recrawls_issued") == 5
 
 
-def test_the_cap_defaults_to_a_second_of_budget_and_at_least_the_concurrency():
+def test_the_cap_defaults_to_a_second_of_budget_and_at_least_the_concurrency_and_is_checked():
     fast, _ = recrawl_extension(LOOKAROUND_REQUESTS_PER_MINUTE=60_000)
     slow, _ = recrawl_extension(LOOKAROUND_REQUESTS_PER_MINUTE=60, CONCURRENT_REQUESTS=8)
     assert fast.max_outstanding == 1000 and slow.max_outstanding == 8
+    with pytest.raises(ValueError, match="LOOKAROUND_RECRAWL_MAX_OUTSTANDING"):
+        recrawl_extension(LOOKAROUND_RECRAWL_MAX_OUTSTANDING=-1)
 
 
 def test_an_unanswered_recrawl_counts_no_more_after_the_inflight_timeout():

@@ -124,6 +124,18 @@ def fetched_at(response: Any, clock: FastClock) -> float:
     return meta[FETCHED_AT]
 
 
+def _max_outstanding(settings: Any, bucket: TokenBucket) -> int:
+    """``LOOKAROUND_RECRAWL_MAX_OUTSTANDING``, or when 0 (the default) a second of the budget,
+    at least ``CONCURRENT_REQUESTS``."""
+    value = settings.getint("LOOKAROUND_RECRAWL_MAX_OUTSTANDING", 0)
+    if value < 0:
+        raise ValueError(
+            f"LOOKAROUND_RECRAWL_MAX_OUTSTANDING must be 0 (a second of the budget) or more, "
+            f"got {value}"
+        )
+    return value or max(settings.getint("CONCURRENT_REQUESTS", 16), math.ceil(bucket.burst))
+
+
 def _is_robots(request: Any) -> bool:
     return request.url.split("?", 1)[0].endswith("/robots.txt") and bool(
         request.meta.get("dont_obey_robotstxt")
@@ -255,9 +267,7 @@ class LookaroundRecrawl:
         self.callback_name = settings.get("LOOKAROUND_RECRAWL_CALLBACK", "parse")
         self.settings = lookaround_settings(settings) if mode != "interval" else None
         self.bucket = TokenBucket(self.per_minute, time.monotonic())
-        self.max_outstanding = settings.getint("LOOKAROUND_RECRAWL_MAX_OUTSTANDING", 0) or max(
-            settings.getint("CONCURRENT_REQUESTS", 16), math.ceil(self.bucket.burst)
-        )
+        self.max_outstanding = _max_outstanding(settings, self.bucket)
         self._outstanding: dict[str, float] = {}  # recrawled URL -> real time issued
         self._updates: queue.SimpleQueue[bytes] = queue.SimpleQueue()
         self._stop = threading.Event()
