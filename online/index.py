@@ -681,15 +681,10 @@ class FaissIndex:
             lists = self._centroids.search(vectors, 1)[1].reshape(-1)
         lists = np.ascontiguousarray(lists, dtype=np.int64)
 
-        codes = vectors if self._grid is None else self._grid.encode(vectors)
+        codes = _codes(self._grid, vectors)
 
         def add(lo: int, hi: int) -> None:
-            ivf.add_core(
-                hi - lo,
-                faiss.swig_ptr(codes[lo:hi]),
-                faiss.swig_ptr(ids[lo:hi]),
-                faiss.swig_ptr(lists[lo:hi]),
-            )
+            _add_coded(ivf, codes[lo:hi], ids[lo:hi], lists[lo:hi])
 
         seen: set[int] = set()
         start = 0
@@ -936,12 +931,20 @@ def _build_ivf(
     for lo in range(0, len(ids), _ADD_CHUNK):  # each vector to its nearest centroid's list
         chunk = np.ascontiguousarray(vectors[lo : lo + _ADD_CHUNK], dtype=np.float32)
         lists = np.ascontiguousarray(centroids.search(chunk, 1)[1].reshape(-1))
-        codes = chunk if grid is None else grid.encode(chunk)
         chunk_ids = np.ascontiguousarray(ids[lo : lo + _ADD_CHUNK], dtype=np.int64)
-        ivf.add_core(
-            len(chunk), faiss.swig_ptr(codes), faiss.swig_ptr(chunk_ids), faiss.swig_ptr(lists)
-        )
+        _add_coded(ivf, _codes(grid, chunk), chunk_ids, lists)
     return _Lists(ivf, centroids, grid)  # the python wrappers keep their quantizers alive
+
+
+def _codes(grid: ByteGrid | None, vectors: np.ndarray) -> np.ndarray:
+    """What the IVF lists store of ``vectors``: their byte codes on ``grid``, or the vectors
+    themselves (None)."""
+    return vectors if grid is None else grid.encode(vectors)
+
+
+def _add_coded(ivf: faiss.IndexIVF, codes: np.ndarray, ids: np.ndarray, lists: np.ndarray) -> None:
+    """``codes`` (contiguous float32 rows) added under ``ids`` to the IVF lists ``lists``."""
+    ivf.add_core(len(ids), faiss.swig_ptr(codes), faiss.swig_ptr(ids), faiss.swig_ptr(lists))
 
 
 @dataclass
