@@ -3,8 +3,8 @@
 The faiss-cpu wheel carries its own OpenBLAS (0.3.15 in faiss-cpu 1.15), which picks its
 kernels by the CPU's family and model number when it loads. A CPU newer than that table (a
 virtual machine's "Intel Xeon Processor", say) falls back to the Prescott kernels (SSE3),
-and every matrix product FAISS makes (ranking the IVF centroids in a search or an upsert, its
-k-means retraining, the exact search of a small index) runs 3-4x slower than the CPU allows
+and every matrix product FAISS makes (its k-means training of the IVF lists, the exact
+search of a small index) runs 3-4x slower than the CPU allows
 (`python bench/blas_core.py` measures it). Newer OpenBLAS releases, numpy's among them,
 choose by the CPU's features instead; `prefer_cpu_kernels` does the same for FAISS's: it
 sets ``OPENBLAS_CORETYPE`` from the CPU's features before FAISS loads, unless it is set.

@@ -33,6 +33,7 @@ import faiss
 import numpy as np
 
 from online.byte_grid import ByteGrid
+from online.centroid_ranking import CentroidRanking
 from online.id_rows import IdRows
 from online.kernels import gather_half
 
@@ -397,9 +398,11 @@ class FaissIndex:
         self._searched: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
         self._flat: faiss.IndexIDMap2 | None = faiss.IndexIDMap2(faiss.IndexFlatIP(self.dim))
         self._ivf: faiss.IndexIVF | None = None
-        #: the IVF lists' centroids, ranked by searches and upserts (the IVF's own quantizer
-        #: where the lists hold the vectors; with byte codes it is only their shape)
+        #: the IVF lists' centroids as FAISS holds them (the IVF's own quantizer where the
+        #: lists hold the vectors; with byte codes it is only their shape)
         self._coarse: faiss.IndexFlatIP | None = None
+        #: the same centroids as searches and upserts rank them
+        self._ranking: CentroidRanking | None = None
         #: the grid of the IVF lists' byte codes (``codes="8bit"``; None: the stored vectors)
         self._grid: ByteGrid | None = None
 
@@ -619,7 +622,7 @@ class FaissIndex:
             self.lists_from_search += int(hits.sum())
             todo = todo[~hits]
         if len(todo):
-            found_sims, found_lists = self._centroids.search(vectors[todo], min(2, ivf.nlist))
+            found_sims, found_lists = self._ranked(vectors[todo], min(2, ivf.nlist))
             lists[todo] = found_lists[:, 0]
             slack[todo] = self._slack_of(found_sims)
         for row in np.flatnonzero(previous >= 0).tolist():
@@ -678,7 +681,7 @@ class FaissIndex:
         # Each vector's list, found for the whole chunk at once (one matrix product, not one
         # search a page: most of an add's cost when pages are replaced one by one).
         if lists is None:
-            lists = self._centroids.search(vectors, 1)[1].reshape(-1)
+            lists = self._ranked(vectors, 1)[1].reshape(-1)
         lists = np.ascontiguousarray(lists, dtype=np.int64)
 
         codes = _codes(self._grid, vectors)
@@ -732,9 +735,15 @@ class FaissIndex:
         assert self._coarse is not None
         return self._coarse
 
+    def _ranked(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Each query's ``k`` nearest centroids' similarities and lists, best first."""
+        assert self._ranking is not None
+        return self._ranking.rank(queries, k)
+
     def _use(self, lists: _Lists) -> None:
         """Search and update ``lists`` from now on."""
         self._ivf, self._coarse, self._grid = lists.ivf, lists.centroids, lists.grid
+        self._ranking = lists.ranking
         self._new_lists()
 
     def _new_lists(self) -> None:
@@ -743,8 +752,8 @@ class FaissIndex:
         assert self._ivf is not None
         self._slack[:] = -1.0
         self._searched.clear()
-        centroids = self._centroids.reconstruct_n(0, self._ivf.nlist)
-        self._centroid_norm = float(np.linalg.norm(centroids, axis=1).max())
+        assert self._ranking is not None
+        self._centroid_norm = self._ranking.largest_norm
 
     def _ivf_remove(self, ids: np.ndarray) -> None:
         ids = np.ascontiguousarray(ids, dtype=np.int64)
@@ -849,7 +858,7 @@ class FaissIndex:
         ivf = self._ivf
         assert ivf is not None
         ivf.nprobe = min(self.nprobe, ivf.nlist)
-        coarse_sims, coarse_lists = self._centroids.search(queries, ivf.nprobe)
+        coarse_sims, coarse_lists = self._ranked(queries, ivf.nprobe)
         if self._grid is None:
             sims, ids = ivf.search_preassigned(queries, k, coarse_lists, coarse_sims)
         else:
@@ -882,11 +891,12 @@ class _IVFParams:
 
 @dataclass(frozen=True)
 class _Lists:
-    """An IVF index, the flat index of its centroids (searched for a vector's lists) and the
-    grid of its byte codes (None: the lists hold the vectors as stored)."""
+    """An IVF index, the flat index of its centroids, their ranking (searched for a vector's
+    lists) and the grid of its byte codes (None: the lists hold the vectors as stored)."""
 
     ivf: faiss.IndexIVF
     centroids: faiss.IndexFlatIP
+    ranking: CentroidRanking
     grid: ByteGrid | None
 
 
@@ -902,6 +912,7 @@ def _build_ivf(
     cp.min_points_per_centroid = 1  # nlist is chosen by the caller; no warnings on stderr
     cp.max_points_per_centroid = max(256, len(train) // params.nlist + 1)  # all of them
     faiss.Clustering(params.dim, params.nlist, cp).train(train, centroids)
+    ranking = CentroidRanking(centroids.reconstruct_n(0, params.nlist))
     grid = None
     if params.codes == "8bit":
         # Byte codes scanned as bytes (`online.byte_grid`); searches and upserts rank the
@@ -930,10 +941,10 @@ def _build_ivf(
     ivf.set_direct_map_type(faiss.DirectMap.Hashtable)
     for lo in range(0, len(ids), _ADD_CHUNK):  # each vector to its nearest centroid's list
         chunk = np.ascontiguousarray(vectors[lo : lo + _ADD_CHUNK], dtype=np.float32)
-        lists = np.ascontiguousarray(centroids.search(chunk, 1)[1].reshape(-1))
+        lists = np.ascontiguousarray(ranking.rank(chunk, 1)[1].reshape(-1))
         chunk_ids = np.ascontiguousarray(ids[lo : lo + _ADD_CHUNK], dtype=np.int64)
         _add_coded(ivf, _codes(grid, chunk), chunk_ids, lists)
-    return _Lists(ivf, centroids, grid)  # the python wrappers keep their quantizers alive
+    return _Lists(ivf, centroids, ranking, grid)  # wrappers keep their quantizers alive
 
 
 def _codes(grid: ByteGrid | None, vectors: np.ndarray) -> np.ndarray:

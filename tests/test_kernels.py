@@ -187,3 +187,42 @@ def test_gather_half_equals_numpy_cast_for_every_half_value():
     assert np.array_equal(got.view(np.uint32), want.view(np.uint32))  # bit for bit
     with pytest.raises(IndexError, match="row 512"):
         gather_half(halves, np.array([0, 512], dtype=np.int64))
+
+
+# -- top k ------------------------------------------------------------------------------------
+
+
+def reference_top_k(scores: np.ndarray, k: int) -> tuple[list, list]:
+    """Each row's k largest by a stable sort on descending score (ties to the lower column),
+    padded with -inf and -1."""
+    sims, cols = [], []
+    for row in scores.tolist():
+        order = sorted(range(len(row)), key=lambda c: -row[c])[:k]
+        pad = k - len(order)
+        sims.append([row[c] for c in order] + [-math.inf] * pad)
+        cols.append(order + [-1] * pad)
+    return sims, cols
+
+
+#: few distinct values, so that ties are common; runs long enough to pass the screened blocks
+scores_matrices = hnp.arrays(
+    np.float32,
+    st.tuples(st.integers(0, 6), st.integers(0, 70)),
+    elements=st.sampled_from([-2.5, -1.0, 0.0, 0.25, 0.5, 1.0, 3.0]) | st.floats(-4, 4, width=32),
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(scores=scores_matrices, k=st.integers(0, 20))
+def test_top_k_rows_is_a_stable_descending_sort_cut_at_k(scores: np.ndarray, k: int) -> None:
+    """Any scores, ties and rows shorter than k included: what a stable sort keeps."""
+    sims, cols = kernels.top_k_rows(np.ascontiguousarray(scores), k)
+    want_sims, want_cols = reference_top_k(scores, k)
+    assert sims.shape == cols.shape == (len(scores), k)
+    assert cols.tolist() == want_cols
+    assert sims.tolist() == want_sims
+
+
+def test_top_k_rows_refuses_a_negative_k() -> None:
+    with pytest.raises(ValueError, match="k must be >= 0"):
+        kernels.top_k_rows(np.zeros((1, 3), dtype=np.float32), -1)
