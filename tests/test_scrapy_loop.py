@@ -9,7 +9,7 @@ Its events go through the topic, priorities come back, its recrawl scheduler rec
   `lookaround import-warc`, gives the same events and the same page states as the worker
   keeps in Redis.
 * `test_lookaround_against_a_fixed_interval`: S-timeline's first four weeks (a simulated day
-  in 2 seconds) crawled twice at the same request budget, by lookaround's priorities and
+  in 6 seconds) crawled twice at the same request budget, by lookaround's priorities and
   round-robin at a fixed interval; the figures are printed (`bench/scrapy_loop.py` measures
   the whole window and the floor).
 """
@@ -178,6 +178,7 @@ def _page_states(events: list[dict]) -> dict:
     return store.states
 
 
+@pytest.mark.timeout(1200)  # two crawls of 28 simulated days at 6 s a day, and their start
 @pytest.mark.skipif(not S_TIMELINE.exists(), reason=f"S-timeline not found at {S_TIMELINE}")
 def test_lookaround_against_a_fixed_interval(broker, prefix, workers, tmp_path):
     """The same request budget (5% of the pages a simulated day), the same seeds, the same
@@ -187,10 +188,14 @@ def test_lookaround_against_a_fixed_interval(broker, prefix, workers, tmp_path):
     full = read_timeline(S_TIMELINE).timeline
     timeline = full.window(full.start, full.start + 28 * DAY)
     pages = len(timeline.alive_at(timeline.start))
-    # A simulated day in 2 seconds: the crawler, the site, the broker and the worker share 2
+    # A simulated day in 6 seconds: the crawler, the site, the broker and the worker share 2
     # cores, and the comparison holds only while both crawls can spend the whole budget (a
     # crawl that cannot is held back by its own throughput, which the worker's share lowers).
-    day_seconds = 2.0
+    # The seed crawl, the same pages in both, takes what the machine allows, and the budget it
+    # leaves unspent is the gap between the two crawls: at a day in 2 seconds a machine that
+    # runs pure Python at half the speed of another spent 19% of lookaround's budget and 35%
+    # of the baseline's, and the fetches differed by 11%.
+    day_seconds = 6.0
     per_minute = 0.05 * pages * 60 / day_seconds
     results = {}
     for mode in ("budget", "interval"):
@@ -204,7 +209,7 @@ def test_lookaround_against_a_fixed_interval(broker, prefix, workers, tmp_path):
         try:
             site.restart_clock()
             crawl = start_crawl(site, settings, CrawlPlan(mode, per_minute, timeline.end), log)
-            crawl.wait(timeout=240)
+            crawl.wait(timeout=28 * day_seconds + 240)
             assert crawl.returncode == 0, log.read_text()[-3000:]
         finally:
             site.close()
