@@ -670,9 +670,13 @@ class FaissIndex:
         """Add pages to the IVF lists, replacing those ``indexed`` marks (bool a page: it was
         indexed before these), each to its list in ``lists`` (None: its nearest centroid's).
 
-        IVF removal swaps the list's last entry into the hole, so a replacement must be
-        removed right before its own add for the lists to end up in the same order as with
-        one-page-at-a-time upserts; runs of new pages are added in one call.
+        The lists end up in the order one-page-at-a-time upserts leave them (so in an order
+        that does not depend on how the stream was chunked): IVF removal swaps the list's
+        last entry into the hole, an add appends. Removing a page from a list that an add
+        before it appended to would move that add, so the chunk is cut into runs where no
+        page is removed from a list the run added to before it; each run's replaced pages are
+        then removed in one call, in order, and its pages added in one call, which leaves the
+        lists as one page at a time would (a removal and an add on different lists commute).
         """
         assert self._ivf is not None
         ivf = self._ivf
@@ -683,23 +687,33 @@ class FaissIndex:
         if lists is None:
             lists = self._ranked(vectors, 1)[1].reshape(-1)
         lists = np.ascontiguousarray(lists, dtype=np.int64)
-
         codes = _codes(self._grid, vectors)
 
-        def add(lo: int, hi: int) -> None:
-            _add_coded(ivf, codes[lo:hi], ids[lo:hi], lists[lo:hi])
+        def add_run(lo: int, hi: int, removed: list[int]) -> None:
+            if removed:
+                self._ivf_remove(ids[removed])
+            if hi > lo:
+                _add_coded(ivf, codes[lo:hi], ids[lo:hi], lists[lo:hi])
 
-        seen: set[int] = set()
+        direct_map = ivf.direct_map
+        list_now: dict[int, int] = {}  # the list a page of the chunk is in once added
+        appended: set[int] = set()  # the lists the current run adds to
+        removed: list[int] = []  # the positions whose page the current run removes first
         start = 0
-        for pos, (page, was) in enumerate(zip(ids.tolist(), indexed.tolist(), strict=True)):
-            if was or page in seen:
-                if pos > start:
-                    add(start, pos)
-                self._ivf_remove(ids[pos : pos + 1])
-                start = pos
-            seen.add(page)
-        if len(ids) > start:
-            add(start, len(ids))
+        rows = zip(ids.tolist(), indexed.tolist(), lists.tolist(), strict=True)
+        for pos, (page, was, into) in enumerate(rows):
+            current = list_now.get(page)
+            if current is None and was:
+                current = faiss.lo_listno(direct_map.get(page))
+            if current is not None and current in appended:
+                add_run(start, pos, removed)
+                start, removed = pos, []
+                appended.clear()
+            if current is not None:
+                removed.append(pos)
+            appended.add(into)
+            list_now[page] = into
+        add_run(start, len(ids), removed)
 
     def _remember(
         self, ids: np.ndarray, vectors: np.ndarray, slack: np.ndarray | None = None

@@ -12,13 +12,19 @@ Python objects and arrays, reads no global state and does no I/O.
 * `iso_utc_many`: epoch microseconds to ISO-8601 text;
 * `SlotRecord`: slots-class instances from positional values (the `Fetch` constructor);
 * `gather_half`: rows of a half-precision matrix as float32 (the index's stored vectors);
-* `top_k_rows`: each row's k largest entries, best first (the IVF centroids' ranking).
+* `top_k_rows`: each row's k largest entries, best first (the IVF centroids' ranking);
+* `encode_neighbours` / `decode_neighbours`: a related-page list (`online.stores.Neighbours`)
+  as stored and read back;
+* `record_sections`: one section of each of the embedded store's page records;
+* `direction_cosine`: a changed vector's cosine to the direction its related pages were
+  found with.
 """
 
 cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
+from cpython.bytearray cimport PyByteArray_AS_STRING
 from libc.math cimport NAN
-from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t
+from libc.stdint cimport int8_t, int64_t, uint8_t, uint16_t, uint32_t
 from libc.stdio cimport snprintf
 
 from online._le cimport load_u32le
@@ -529,7 +535,7 @@ def gather_half(const uint16_t[:, ::1] halves, const int64_t[::1] rows):
 # weight codes (`online.stores.Neighbours`) are written and read here: per event, a few dozen
 # values each, where a Python or numpy loop cost several times the rest of the encoding.
 
-from libc.math cimport floor, isinf, isnan, llround, signbit
+from libc.math cimport floor, isinf, isnan, llround, rint, signbit, sqrt
 from libc.stdint cimport uint64_t
 from libc.string cimport memcpy, memset
 
@@ -650,6 +656,32 @@ cdef Py_ssize_t _rice_get(
     return <Py_ssize_t> ((pos + 7) >> 3)
 
 
+cdef Py_ssize_t _plan_descending(
+    const uint8_t* codes, Py_ssize_t n, uint32_t* drops, int* k
+) noexcept nogil:
+    """The size of `pack_descending`'s coding of ``codes`` (their drops into ``drops``, 256
+    long, the Rice parameter into ``k``); 0 where it gives None."""
+    cdef Py_ssize_t i, size
+    if n == 0 or n > 257:
+        return 0
+    for i in range(1, n):
+        if codes[i] > codes[i - 1]:
+            return 0
+        drops[i - 1] = codes[i - 1] - codes[i]
+    k[0] = _rice_parameter(drops, n - 1, codes[0] - codes[n - 1], 7)
+    size = 2 + <Py_ssize_t> ((_rice_bits(drops, n - 1, k[0]) + 7) >> 3)
+    return 0 if size >= n else size
+
+
+cdef void _put_descending(
+    uint8_t* p, const uint8_t* codes, Py_ssize_t n, const uint32_t* drops, int k, Py_ssize_t size
+) noexcept nogil:
+    memset(p, 0, size)
+    p[0] = codes[0]
+    p[1] = <uint8_t> k
+    _rice_put(p + 2, drops, n - 1, k)
+
+
 def pack_descending(const uint8_t[::1] codes):
     """Byte codes that never rise (a related-page list's weights, largest first), coded: the
     first, the Rice parameter, then each drop Rice-coded (a few bits each where a byte each
@@ -661,49 +693,50 @@ def pack_descending(const uint8_t[::1] codes):
     >>> unpack_descending(pack_descending(codes), 0, 12)[0].tobytes() == codes
     True
     """
-    cdef Py_ssize_t n = codes.shape[0], i
-    if n == 0:
-        return None
+    cdef Py_ssize_t n = codes.shape[0]
     cdef uint32_t[256] drops
-    if n > 257:
-        return None
-    for i in range(1, n):
-        if codes[i] > codes[i - 1]:
-            return None
-        drops[i - 1] = codes[i - 1] - codes[i]
-    cdef int k = _rice_parameter(drops, n - 1, codes[0] - codes[n - 1], 7)
-    cdef Py_ssize_t size = 2 + <Py_ssize_t> ((_rice_bits(drops, n - 1, k) + 7) >> 3)
-    if size >= n:
+    cdef int k
+    cdef Py_ssize_t size = _plan_descending(&codes[0] if n else NULL, n, drops, &k)
+    if size == 0:
         return None
     cdef bytes out = PyBytes_FromStringAndSize(NULL, size)
-    cdef uint8_t* p = <uint8_t*> PyBytes_AS_STRING(out)
-    memset(p, 0, size)
-    p[0] = codes[0]
-    p[1] = <uint8_t> k
-    _rice_put(p + 2, drops, n - 1, k)
+    _put_descending(<uint8_t*> PyBytes_AS_STRING(out), &codes[0], n, drops, k, size)
     return out
+
+
+cdef Py_ssize_t _read_descending(
+    const uint8_t* data, Py_ssize_t size, Py_ssize_t offset, Py_ssize_t n, uint8_t* out
+) except -1:
+    """`pack_descending`'s codes at ``offset`` of ``data`` (``size`` bytes) into ``out`` (``n``
+    long, at most 257); the offset after them. Raises ValueError where they run past the
+    end or below 0."""
+    cdef uint32_t[256] drops
+    cdef Py_ssize_t used, i
+    if n < 1 or n > 257 or offset < 0 or offset + 2 > size or data[offset + 1] > 7:
+        raise TruncatedError("truncated or damaged weight codes")
+    used = _rice_get(data + offset + 2, size - offset - 2, n - 1, data[offset + 1], drops)
+    if used < 0:
+        raise TruncatedError("truncated weight codes")
+    cdef int64_t code = data[offset]
+    out[0] = <uint8_t> code
+    for i in range(1, n):
+        code -= drops[i - 1]
+        if code < 0:
+            raise TruncatedError("damaged weight codes")
+        out[i] = <uint8_t> code
+    return offset + 2 + used
 
 
 def unpack_descending(const uint8_t[::1] data, Py_ssize_t offset, Py_ssize_t n):
     """`pack_descending`'s inverse: (``n`` uint8 codes, the offset after them) from ``data`` at
     ``offset``; raises ValueError where they run past its end or below 0."""
-    cdef Py_ssize_t size = data.shape[0], used, i
-    cdef uint32_t[256] drops
-    if n < 1 or n > 257 or offset < 0 or offset + 2 > size or data[offset + 1] > 7:
-        raise TruncatedError("truncated or damaged weight codes")
-    out = np.empty(n, dtype=np.uint8)
+    out = np.empty(max(n, 0), dtype=np.uint8)
     cdef uint8_t[::1] o = out
-    used = _rice_get(&data[offset + 2], size - offset - 2, n - 1, data[offset + 1], drops)
-    if used < 0:
-        raise TruncatedError("truncated weight codes")
-    cdef int64_t code = data[offset]
-    o[0] = <uint8_t> code
-    for i in range(1, n):
-        code -= drops[i - 1]
-        if code < 0:
-            raise TruncatedError("damaged weight codes")
-        o[i] = <uint8_t> code
-    return out, offset + 2 + used
+    cdef Py_ssize_t size = data.shape[0]
+    offset = _read_descending(
+        &data[0] if size else NULL, size, offset, n, &o[0] if n > 0 else NULL
+    )
+    return out, offset
 
 
 # -- page state, version 3 ------------------------------------------------------------------------
@@ -1250,3 +1283,342 @@ def unpack_varints(const uint8_t[::1] data, Py_ssize_t offset, Py_ssize_t count)
             raise TruncatedError("truncated varints")
         out.append(x)
     return out, offset
+
+
+# -- related-page lists ---------------------------------------------------------------------------
+
+# `online.stores.Neighbours`' flags (the second byte of versions 3 and 4)
+cdef int _N_HALF_WEIGHTS = 1, _N_NIBBLES = 2, _N_BYTE_WEIGHTS = 8, _N_SHORT_IDS = 16
+cdef int _N_DESCENDING = 32, _N_COS_MANTISSA = 64
+# `online.stores.ID_PREFIX_SHIFT` and the bytes a short id keeps
+cdef int _N_PREFIX_SHIFT = 23, _N_PREFIX_BYTES = 5
+cdef float _N_WEIGHT_STEPS = 255.0
+
+
+cdef inline void _need(Py_ssize_t at, Py_ssize_t more, Py_ssize_t size) except *:
+    if more < 0 or at + more > size:
+        raise TruncatedError("truncated neighbours record")
+
+
+def decode_neighbours(const uint8_t[::1] data):
+    """A related-page list stored as `online.stores.Neighbours` version 3 or 4: (ids as
+    int64, weights as float32, the index size, the direction's int8 codes, ``found_cos``,
+    whether the ids are short), the fields `Neighbours` is made of; raises ValueError where
+    the record ends early or is damaged, or is of another version. Reads what the numpy
+    decoding read, bit for bit: byte-grid weights are ``top`` x (code / 255) in float32, as
+    `online.stores.byte_grid_values` computes them."""
+    cdef Py_ssize_t size = data.shape[0], at, i, j
+    cdef uint64_t counts[3]
+    cdef uint64_t prefix
+    cdef uint8_t byte_codes[257]
+    cdef int flags, nibble
+    cdef float top
+    if size < 2 or data[0] not in (3, 4):
+        raise ValueError("unknown neighbours format")
+    cdef const uint8_t* p = &data[0]
+    flags = p[1]
+    if p[0] == 3:
+        _need(0, 10, size)
+        counts[0] = load_u32le(p + 2)
+        counts[1] = p[6] | (<uint64_t> p[7] << 8)
+        counts[2] = p[8] | (<uint64_t> p[9] << 8)
+        at = 10
+    else:
+        at = 2
+        for i in range(3):
+            at = _get_varint(p, size, at, &counts[i])
+            if at < 0:
+                raise TruncatedError("truncated neighbours record")
+    if counts[1] > <uint64_t> size or counts[2] > 2 * <uint64_t> size:
+        raise TruncatedError("truncated neighbours record")
+    cdef Py_ssize_t n = <Py_ssize_t> counts[1], dim = <Py_ssize_t> counts[2]
+    ids = np.empty(n, dtype=np.int64)
+    cdef int64_t[::1] id_view = ids
+    if flags & _N_SHORT_IDS:
+        _need(at, _N_PREFIX_BYTES * n, size)
+        for i in range(n):
+            prefix = 0
+            for j in range(_N_PREFIX_BYTES):
+                prefix |= (<uint64_t> p[at + j]) << (8 * j)
+            id_view[i] = <int64_t> (prefix << _N_PREFIX_SHIFT)
+            at += _N_PREFIX_BYTES
+    else:
+        _need(at, 8 * n, size)
+        for i in range(n):
+            prefix = load_u32le(p + at) | (<uint64_t> load_u32le(p + at + 4) << 32)
+            id_view[i] = <int64_t> prefix
+            at += 8
+    weights = np.empty(n, dtype=np.float32)
+    cdef float[::1] w = weights
+    if flags & _N_BYTE_WEIGHTS:
+        _need(at, 4, size)
+        top = _bits_f32(load_u32le(p + at))
+        at += 4
+        if flags & _N_DESCENDING:
+            at = _read_descending(p, size, at, n, byte_codes)
+            for i in range(n):
+                w[i] = top * (<float> byte_codes[i] / _N_WEIGHT_STEPS)
+        else:
+            _need(at, n, size)
+            for i in range(n):
+                w[i] = top * (<float> p[at + i] / _N_WEIGHT_STEPS)
+            at += n
+    elif flags & _N_HALF_WEIGHTS:
+        _need(at, 2 * n, size)
+        weights = np.frombuffer(bytes(data[at : at + 2 * n]), dtype="<f2").astype(np.float32)
+        at += 2 * n
+    else:
+        _need(at, 4 * n, size)
+        for i in range(n):
+            w[i] = _bits_f32(load_u32le(p + at + 4 * i))
+        at += 4 * n
+    cdef float found_cos
+    if flags & _N_COS_MANTISSA:
+        _need(at, 3, size)
+        found_cos = _bits_f32(
+            p[at] | (<uint32_t> p[at + 1] << 8) | (<uint32_t> p[at + 2] << 16) | 0x3F000000u
+        )
+        at += 3
+    else:
+        _need(at, 4, size)
+        found_cos = _bits_f32(load_u32le(p + at))
+        at += 4
+    codes = np.empty(dim, dtype=np.int8)
+    cdef int8_t[::1] c = codes
+    if flags & _N_NIBBLES:
+        _need(at, (dim + 1) // 2, size)
+        for i in range(dim):
+            nibble = (p[at + i // 2] >> (4 * (i & 1))) & 0x0F
+            c[i] = <int8_t> (nibble - 16 if nibble & 0x08 else nibble)
+    else:
+        _need(at, dim, size)
+        for i in range(dim):
+            c[i] = <int8_t> p[at + i]
+    return ids, weights, counts[0], codes, <double> found_cos, bool(flags & _N_SHORT_IDS)
+
+
+cdef int _N_DIRECTION = 4
+cdef uint32_t _F32_BEYOND_HALF = 0x477FE000u  # 65,504, half precision's largest finite value
+
+
+cdef inline bint _half_exact(float x, uint16_t* half) noexcept nogil:
+    """Whether ``x`` is a half-precision value (numpy's float16 of it converts back to it),
+    its float16 bits into ``half``."""
+    cdef uint32_t bits = _f32_bits(x)
+    cdef uint16_t sign = (bits >> 16) & 0x8000
+    cdef uint32_t mag = bits & 0x7FFFFFFFu
+    cdef int e
+    cdef double scaled
+    if mag > 0x7F800000u:  # NaN: never equal to itself
+        return 0
+    if mag == 0x7F800000u:
+        half[0] = sign | 0x7C00
+        return 1
+    if mag == 0:
+        half[0] = sign
+        return 1
+    if mag > _F32_BEYOND_HALF:
+        return 0
+    e = <int> (mag >> 23) - 127
+    if e >= -14:  # a normal float16: 10 bits of mantissa
+        if mag & 0x1FFF:
+            return 0
+        half[0] = sign | <uint16_t> ((e + 15) << 10) | <uint16_t> ((mag >> 13) & 0x3FF)
+        return 1
+    scaled = <double> _bits_f32(mag) * 16777216.0  # a subnormal float16: a multiple of 2**-24
+    if scaled != floor(scaled):
+        return 0
+    half[0] = sign | <uint16_t> scaled
+    return 1
+
+
+def encode_neighbours(
+    const int64_t[::1] ids,
+    const float[::1] weights,
+    uint64_t index_size,
+    const int8_t[::1] direction,
+    double found_cos,
+    bint short_ids,
+):
+    """`online.stores.Neighbours` with a direction as its version 4 record, in one compiled
+    pass; `decode_neighbours` reads it back. The weights are kept a byte each when they lie
+    on the byte grid (`online.stores.byte_grid_codes`' arithmetic: float32 shares of the
+    largest, rounded to 255 steps in float64), their codes Rice-coded when they never rise
+    (`pack_descending`), else in half precision when every one is a float16 value, else as
+    float32; the direction in 4 bits a code when every code lies in [-8, 7]; ``found_cos``
+    in 3 bytes when its float32 lies in [0.5, 2). Raises OverflowError for a ``found_cos``
+    beyond float32 (as struct's ``f`` does)."""
+    cdef Py_ssize_t n = ids.shape[0], dim = direction.shape[0], i, at, size
+    if weights.shape[0] != n:
+        raise ValueError("as many weights as ids")
+    cdef uint8_t stack_codes[257]
+    cdef uint8_t* byte_codes = stack_codes
+    cdef bytearray long_codes
+    if n > 257:  # a long list's byte codes (the stack holds a usual one's)
+        long_codes = bytearray(n)
+        byte_codes = <uint8_t*> PyByteArray_AS_STRING(long_codes)
+    cdef int flags = _N_DIRECTION | (_N_SHORT_IDS if short_ids else 0)
+    cdef float top = 0.0, w
+    cdef bint on_grid = n > 0, halves = 1
+    cdef double ratio
+    cdef uint16_t half
+    # the byte grid: each weight's share of the largest (NaN: off the grid)
+    for i in range(n):
+        if isnan(weights[i]):
+            on_grid = 0
+        elif weights[i] >= top:  # numpy's max: the last of equals (-0.0 after 0.0)
+            top = weights[i]
+    for i in range(n if on_grid else 0):
+        w = weights[i]
+        ratio = <double> (w / top) if top > 0 else 0.0
+        if isnan(ratio):  # an infinite weight
+            on_grid = 0
+            break
+        ratio = 0.0 if ratio < 0.0 else (1.0 if ratio > 1.0 else ratio)
+        byte_codes[i] = <uint8_t> rint(ratio * _N_WEIGHT_STEPS)
+        if top * (<float> byte_codes[i] / _N_WEIGHT_STEPS) != w:
+            on_grid = 0
+            break
+    cdef uint32_t drops[256]
+    cdef int k = 0
+    cdef Py_ssize_t descending = _plan_descending(byte_codes, n, drops, &k) if on_grid else 0
+    cdef Py_ssize_t weight_bytes
+    if on_grid:
+        flags |= _N_BYTE_WEIGHTS | (_N_DESCENDING if descending else 0)
+        weight_bytes = 4 + (descending if descending else n)
+    else:
+        for i in range(n):
+            if not _half_exact(weights[i], &half):
+                halves = 0
+                break
+        flags |= _N_HALF_WEIGHTS if halves else 0
+        weight_bytes = (2 if halves else 4) * n
+    cdef bint nibbles = dim > 0
+    for i in range(dim):
+        if direction[i] < -8 or direction[i] > 7:
+            nibbles = 0
+            break
+    cdef Py_ssize_t direction_bytes = (dim + 1) // 2 if nibbles else dim
+    cdef uint32_t cos_bits = _f32_bits(_to_f32(found_cos))
+    cdef Py_ssize_t cos_bytes = 3 if (cos_bits >> 24) == 0x3F else 4
+    flags |= (_N_NIBBLES if nibbles else 0) | (_N_COS_MANTISSA if cos_bytes == 3 else 0)
+    cdef Py_ssize_t id_bytes = _N_PREFIX_BYTES if short_ids else 8
+    size = 2 + _varint_size(index_size) + _varint_size(n) + _varint_size(dim)
+    size += id_bytes * n + weight_bytes + cos_bytes + direction_bytes
+    cdef bytes out = PyBytes_FromStringAndSize(NULL, size)
+    cdef uint8_t* p = <uint8_t*> PyBytes_AS_STRING(out)
+    cdef uint64_t v
+    cdef int j
+    p[0], p[1] = 4, <uint8_t> flags
+    at = _put_varint(p, 2, index_size)
+    at = _put_varint(p, at, <uint64_t> n)
+    at = _put_varint(p, at, <uint64_t> dim)
+    for i in range(n):
+        v = <uint64_t> (ids[i] >> _N_PREFIX_SHIFT) if short_ids else <uint64_t> ids[i]
+        for j in range(id_bytes):
+            p[at + j] = <uint8_t> (v >> (8 * j))
+        at += id_bytes
+    if on_grid:
+        store_u32le(<uint32_t*> (p + at), _f32_bits(top))
+        at += 4
+        if descending:
+            _put_descending(p + at, byte_codes, n, drops, k, descending)
+            at += descending
+        else:
+            memcpy(p + at, byte_codes, n)
+            at += n
+    elif halves:
+        for i in range(n):
+            _half_exact(weights[i], &half)
+            p[at], p[at + 1] = <uint8_t> (half & 0xFF), <uint8_t> (half >> 8)
+            at += 2
+    else:
+        for i in range(n):
+            store_u32le(<uint32_t*> (p + at), _f32_bits(weights[i]))
+            at += 4
+    for j in range(cos_bytes):
+        p[at + j] = <uint8_t> (cos_bits >> (8 * j))
+    at += cos_bytes
+    if nibbles:
+        for i in range(direction_bytes):
+            p[at + i] = <uint8_t> (direction[2 * i] & 0x0F)
+            if 2 * i + 1 < dim:
+                p[at + i] |= <uint8_t> ((direction[2 * i + 1] & 0x0F) << 4)
+    else:
+        for i in range(dim):
+            p[at + i] = <uint8_t> direction[i]
+    return out
+
+
+# -- the embedded store's page records ------------------------------------------------------------
+
+cdef Py_ssize_t _RECORD_SECTIONS = 3, _RECORD_HEAD_SIZE = 12
+
+
+def record_sections(list records, Py_ssize_t which):
+    """Section ``which`` of each of `online.stores.CompactMemoryPageStore`'s page records (a
+    head of three little-endian uint32 section lengths, then the sections in order), or None
+    for a missing record (None) or an empty section; raises ValueError on a record shorter
+    than its head says.
+
+    >>> import struct
+    >>> record = struct.pack("<III", 2, 0, 3) + b"ab" + b"xyz"
+    >>> record_sections([record, None], 2), record_sections([record], 1)
+    ([b'xyz', None], [None])
+    """
+    if which < 0 or which >= _RECORD_SECTIONS:
+        raise ValueError(f"no section {which}")
+    cdef list out = []
+    cdef Py_ssize_t size, start, length, j
+    cdef const uint8_t* p
+    for record in records:
+        if record is None:
+            out.append(None)
+            continue
+        size = len(<bytes> record)
+        p = <const uint8_t*> PyBytes_AS_STRING(record)
+        if size < _RECORD_HEAD_SIZE:
+            raise ValueError("truncated page record")
+        start = _RECORD_HEAD_SIZE
+        for j in range(which):
+            start += load_u32le(p + 4 * j)
+        length = load_u32le(p + 4 * which)
+        if start + length > size:
+            raise ValueError("truncated page record")
+        out.append(PyBytes_FromStringAndSize(<const char*> p + start, length) if length else None)
+    return out
+
+
+# -- drift ------------------------------------------------------------------------------------------
+
+ctypedef fused _real:
+    float
+    double
+
+
+def direction_cosine(const _real[::1] vector, const int8_t[::1] codes):
+    """The cosine similarity of ``vector`` to the direction ``codes`` (as many), summed in
+    float64 in order; NaN where either is zero or not finite (`online.neighbour_search.
+    moved_materially` then searches again). One pass, no float64 copies: it runs for every
+    fetch of a page whose vector changed.
+
+    >>> import numpy as np
+    >>> round(direction_cosine(np.array([3.0, 4.0]), np.array([3, 4], np.int8)), 12)
+    1.0
+    >>> direction_cosine(np.zeros(2, np.float32), np.array([1, 0], np.int8))
+    nan
+    """
+    cdef Py_ssize_t i, n = vector.shape[0]
+    if codes.shape[0] != n:
+        raise ValueError("the vector and the direction differ in size")
+    cdef double dot = 0.0, vv = 0.0, cc = 0.0, x, c, norms
+    for i in range(n):
+        x = vector[i]
+        c = codes[i]
+        dot += x * c
+        vv += x * x
+        cc += c * c
+    norms = sqrt(vv * cc)
+    if not norms > 0.0 or isinf(norms):
+        return NAN
+    return dot / norms

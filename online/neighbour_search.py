@@ -24,6 +24,7 @@ import numpy as np
 from online.fetch import Fetch
 from online.history import Kind
 from online.index import VectorIndex, neighbour_weights
+from online.kernels import direction_cosine, top_k_rows
 from online.stores import (
     DIRECTION_DIMS,
     ID_PREFIX_SHIFT,
@@ -78,16 +79,17 @@ def moved_materially(
     stored before it was kept), a zero vector and a threshold of 1 or more always search."""
     if found_with is None or threshold >= 1.0:
         return True
-    codes = found_with.astype(np.float64)
-    v = np.asarray(vector, dtype=np.float64).reshape(-1)
-    if codes.size != v.size:  # the compact store's projected direction (or not this vector's)
-        if codes.size != DIRECTION_DIMS or v.size <= DIRECTION_DIMS:
+    v = np.asarray(vector).reshape(-1)
+    if found_with.size != v.size:  # the compact store's projected direction (or not this one's)
+        if found_with.size != DIRECTION_DIMS or v.size <= DIRECTION_DIMS:
             return True
         v = compact_direction(v)
-    norms = float(np.sqrt((v @ v) * (codes @ codes)))
-    if not norms > 0.0 or not found_cos > 0.0:
+    if v.dtype != np.float32:
+        v = v.astype(np.float64)
+    cos = direction_cosine(np.ascontiguousarray(v), np.ascontiguousarray(found_with, np.int8))
+    if not (cos == cos and found_cos > 0.0):  # a zero vector or direction: search
         return True
-    return float(v @ codes) / norms / found_cos < threshold
+    return cos / found_cos < threshold
 
 
 def resolve_short_ids(
@@ -258,25 +260,10 @@ def finish_search(
     found, index_ok = _first_candidates(index, search, found, index_ok, k + _MARGIN, moved_first)
 
     # Candidates from the batch: earlier rows that moved their page and are still its
-    # latest vector at this row.
-    next_row = np.full(n, n, dtype=np.int64)
-    last_row: dict[int, int] = {}
-    for row in range(n - 1, -1, -1):
-        next_row[row] = last_row.get(int(ids[row]), n)
-        if moved[row]:
-            last_row[int(ids[row])] = row
-    rows = np.arange(n)
-    batch_ok = (
-        (rows[None, :] < asks[:, None])
-        & moved[None, :]
-        & (next_row[None, :] >= asks[:, None])
-        & (ids[None, :] != ask_ids[:, None])
-    )
+    # latest vector at this row (only the rows that moved one can be).
     ask_queries = queries[asks]
     wide = min(k + _MARGIN, n)
-    inner = np.where(batch_ok, ask_queries @ queries.T, -np.inf)
-    batch_rows = np.argpartition(-inner, wide - 1, axis=1)[:, :wide]
-    batch_ok = np.take_along_axis(batch_ok, batch_rows, axis=1)
+    batch_rows, batch_ok = _batch_candidates(ask_queries, queries, ids, asks, move_rows, wide)
 
     cand_ids = np.concatenate([np.where(index_ok, found, -1), ids[batch_rows]], axis=1)
     # Stored vectors of the index candidates, row 0 a zero vector for empty slots.
@@ -320,6 +307,44 @@ def finish_search(
             short_ids=half,
         )
     return out, writes
+
+
+def _batch_candidates(
+    ask_queries: np.ndarray,
+    queries: np.ndarray,
+    ids: np.ndarray,
+    asks: np.ndarray,
+    move_rows: np.ndarray,
+    wide: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per asking row, the ``wide`` rows of the batch most similar to it among those whose
+    vector it may take (rows, in no order, and whether each may be taken; unused slots
+    False): a row before it that moved another page and is still that page's latest vector
+    at the asking row (no row between moved the page again). Only moving rows are compared,
+    which in a batch of pages whose vectors stay put are few."""
+    m = len(asks)
+    # Each moving row's next moving row of the same page (len(ids): none).
+    by_page = np.lexsort((move_rows, ids[move_rows]))
+    rows_sorted, ids_sorted = move_rows[by_page], ids[move_rows][by_page]
+    following = np.full(len(move_rows), len(ids), dtype=np.int64)
+    same = ids_sorted[1:] == ids_sorted[:-1]
+    following[by_page[:-1][same]] = rows_sorted[1:][same]
+    ok = (
+        (move_rows[None, :] < asks[:, None])
+        & (following[None, :] >= asks[:, None])
+        & (ids[move_rows][None, :] != ids[asks][:, None])
+    )
+    take = min(wide, len(move_rows))
+    rows = np.zeros((m, wide), dtype=np.int64)
+    taken = np.zeros((m, wide), dtype=bool)
+    if take:
+        inner = np.where(ok, ask_queries @ queries[move_rows].T, -np.inf)
+        best = top_k_rows(np.ascontiguousarray(inner, np.float32), take)[1]  # -1: none left
+        found = best >= 0
+        best = np.where(found, best, 0)
+        rows[:, :take] = move_rows[best]
+        taken[:, :take] = found & np.take_along_axis(ok, best, axis=1)
+    return rows, taken
 
 
 def _index_candidates(

@@ -56,25 +56,27 @@ def read_siblings(
     distinct = list(dict.fromkeys(keys))
     groups = dict(zip(distinct, store.get_siblings(distinct), strict=True))
     members = {key: group.ids.tolist() for key, group in groups.items()}
-    urls = {key: list(group.urls) for key, group in groups.items()}
+    joined: dict[str, list[str]] = {}  # each key's first-seen URLs, in stream order
     out: list[Neighbours | None] = []
     for p, first, key in zip(applied, first_seen, keys, strict=True):
         known = members[key]
-        others = np.array([pid for pid in known if pid != p.page_id], dtype=np.int64)
-        out.append(
-            Neighbours(others, np.full(len(others), 1.0 / len(others), np.float32), 0)
-            if len(others)
-            else None
-        )
+        others = [pid for pid in known if pid != p.page_id]
+        out.append(_weighted_alike(others) if others else None)
         if first and p.page_id not in known:
             known.append(p.page_id)
-            urls[key].append(p.event.url)
-            writes.siblings.setdefault(key, []).append(p.event.url)
-    grown = {
-        key: SiblingGroup(tuple(urls[key]), np.array(members[key], np.int64), group.gain)
-        for key, group in groups.items()
-    }
-    return Siblings(out, grown, keys)
+            joined.setdefault(key, []).append(p.event.url)
+    for key, urls in joined.items():  # only the groups the batch grew are made again
+        writes.siblings.setdefault(key, []).extend(urls)
+        group = groups[key]
+        ids = np.array(members[key], np.int64)
+        groups[key] = SiblingGroup((*group.urls, *urls), ids, group.gain)
+    return Siblings(out, groups, keys)
+
+
+def _weighted_alike(page_ids: list[int]) -> Neighbours:
+    """Pages as look-around pages of equal weight."""
+    n = len(page_ids)
+    return Neighbours(np.array(page_ids, np.int64), np.full(n, 1.0 / n, np.float32), 0)
 
 
 def pass_groups(

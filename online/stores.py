@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import struct
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
@@ -22,7 +22,7 @@ from online.history import PageState
 from online.history import from_bytes as state_from_bytes
 from online.history import to_bytes as state_to_bytes
 from online.id_rows import IdRows
-from online.kernels import pack_descending, pack_varints, unpack_descending, unpack_varints
+from online.kernels import decode_neighbours, encode_neighbours, record_sections
 from online.links import sibling_key_id, url_id
 from online.related_updates import GroupGain, SiblingFollow, SiblingGroup
 from online.schedule import Allocation
@@ -30,9 +30,9 @@ from online.schedule import Allocation
 #: `Neighbours` with ``short_ids`` keep each id's bits above these (page ids have 63 bits: 40
 #: are kept, 5 bytes). Among n indexed pages another shares a given page's 40 bits with
 #: probability n / 2**40 (1e-6 at a million pages, 1e-3 at a billion); such a list is
-#: searched again rather than read with the wrong page.
+#: searched again rather than read with the wrong page. `online.kernels.encode_neighbours`
+#: and `decode_neighbours` hold the same shift and width.
 ID_PREFIX_SHIFT = 23
-_PREFIX_BYTES = 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,51 +62,26 @@ class Neighbours:
     found_cos: float = 1.0
     short_ids: bool = False
 
+    #: versions 1 and 2 (version 2 with the direction's dimension after); versions 3 and 4
+    #: are `online.kernels.encode_neighbours` / `decode_neighbours`'
     _HEAD = struct.Struct("<BIH")
     _DIM = struct.Struct("<H")
-    #: version 3: version, flags, index size, ids, dimension of the direction
-    _HEAD3 = struct.Struct("<BBIHH")
-    _COS = struct.Struct("<f")
-    _HALF_WEIGHTS, _NIBBLES, _DIRECTION, _BYTE_WEIGHTS, _SHORT_IDS = 1, 2, 4, 8, 16
-    #: version 4: the byte codes Rice-coded (`pack_descending`); ``found_cos`` as 3 bytes
-    _DESCENDING, _COS_MANTISSA = 32, 64
 
     def to_bytes(self) -> bytes:
-        """Version 4 (version 1 for a list without a direction, as before)."""
-        ids = self.ids.astype("<i8").tobytes()
-        weights32 = np.asarray(self.weights, dtype="<f4")
+        """Version 4, encoded in one compiled pass (`online.kernels.encode_neighbours`);
+        version 1 for a list without a direction, as before."""
         if self.found_with is None:
-            return self._HEAD.pack(1, self.index_size, len(self.ids)) + ids + weights32.tobytes()
-        flags = self._DIRECTION
-        if self.short_ids:
-            flags |= self._SHORT_IDS
-            prefixes = (self.ids.astype("<i8") >> ID_PREFIX_SHIFT).view(np.uint8)
-            ids = prefixes.reshape(-1, 8)[:, :_PREFIX_BYTES].tobytes()
-        codes, top = byte_grid_codes(weights32)
-        half = weights32.astype("<f2")
-        if len(weights32) and (byte_grid_values(codes, top) == weights32).all():
-            flags |= self._BYTE_WEIGHTS
-            descending = pack_descending(codes)
-            if descending is not None:
-                flags |= self._DESCENDING
-            weights = self._COS.pack(float(top[0])) + (descending or codes.tobytes())
-        elif (half.astype("<f4") == weights32).all():  # a NaN weight: float32, as it is
-            flags |= self._HALF_WEIGHTS
-            weights = half.tobytes()
-        else:
-            weights = weights32.tobytes()
-        codes = np.asarray(self.found_with, dtype=np.int8)
-        if codes.size and int(codes.min()) >= -8 and int(codes.max()) <= 7:
-            flags |= self._NIBBLES
-            direction = pack_nibbles(codes)
-        else:
-            direction = codes.tobytes()
-        found_cos = self._COS.pack(self.found_cos)
-        if found_cos[3] == 0x3F:  # in [0.5, 2): its last byte is that of 1.0
-            flags |= self._COS_MANTISSA
-            found_cos = found_cos[:3]
-        head = bytes((4, flags)) + pack_varints((self.index_size, len(self.ids), len(codes)))
-        return head + ids + weights + found_cos + direction
+            ids = self.ids.astype("<i8").tobytes()
+            weights = np.asarray(self.weights, dtype="<f4").tobytes()
+            return self._HEAD.pack(1, self.index_size, len(self.ids)) + ids + weights
+        return encode_neighbours(
+            np.ascontiguousarray(self.ids, dtype=np.int64),
+            np.ascontiguousarray(self.weights, dtype=np.float32),
+            self.index_size,
+            np.ascontiguousarray(self.found_with, dtype=np.int8),
+            self.found_cos,
+            self.short_ids,
+        )
 
     @classmethod
     def from_bytes(cls, data: bytes) -> Neighbours:
@@ -134,53 +109,9 @@ class Neighbours:
 
     @classmethod
     def _from_v3(cls, data: bytes) -> Neighbours:
-        """Versions 3 and 4."""
-        if data[0] == 3:
-            _, flags, index_size, n, dim = cls._HEAD3.unpack_from(data, 0)
-            offset = cls._HEAD3.size
-        else:
-            flags = data[1]
-            (index_size, n, dim), offset = unpack_varints(data, 2, 3)
-        short = bool(flags & cls._SHORT_IDS)
-        if short:
-            wide = np.zeros((n, 8), np.uint8)
-            stored = np.frombuffer(data, np.uint8, count=_PREFIX_BYTES * n, offset=offset)
-            wide[:, :_PREFIX_BYTES] = stored.reshape(n, _PREFIX_BYTES)
-            ids = wide.view("<i8").reshape(n) << ID_PREFIX_SHIFT
-            offset += _PREFIX_BYTES * n
-        else:
-            ids = np.frombuffer(data, dtype="<i8", count=n, offset=offset)
-            offset += 8 * n
-        if flags & cls._BYTE_WEIGHTS:
-            (top,) = cls._COS.unpack_from(data, offset)
-            offset += cls._COS.size
-            if flags & cls._DESCENDING:
-                codes, offset = unpack_descending(data, offset, n)
-            else:
-                codes = np.frombuffer(data, dtype=np.uint8, count=n, offset=offset)
-                offset += n
-            weights = byte_grid_values(codes, np.float32(top))
-        else:
-            half = flags & cls._HALF_WEIGHTS
-            weights = np.frombuffer(data, dtype="<f2" if half else "<f4", count=n, offset=offset)
-            offset += (2 if half else 4) * n
-        if flags & cls._COS_MANTISSA:
-            mantissa = data[offset : offset + 3]
-            if len(mantissa) != 3:
-                raise ValueError("truncated neighbours record (found_cos)")
-            (found_cos,) = cls._COS.unpack(mantissa + b"\x3f")
-            offset += 3
-        else:
-            (found_cos,) = cls._COS.unpack_from(data, offset)
-            offset += cls._COS.size
-        if flags & cls._NIBBLES:
-            codes = unpack_nibbles(data[offset : offset + (dim + 1) // 2], dim)
-        else:
-            codes = np.frombuffer(data, dtype=np.int8, count=dim, offset=offset).copy()
-        if len(codes) != dim:
-            raise ValueError("truncated neighbours record (direction)")
-        weights = weights.astype(np.float32)
-        return cls(ids.astype(np.int64), weights, index_size, codes, found_cos, short)
+        """Versions 3 and 4, decoded in one compiled pass (`online.kernels.decode_neighbours`):
+        a page's list is read for every event of the page."""
+        return cls(*decode_neighbours(data))
 
 
 #: The found-with direction's codes run from -DIRECTION_LEVELS to +DIRECTION_LEVELS: 4 bits a
@@ -242,26 +173,6 @@ def codes_cosine(vector: np.ndarray, codes: np.ndarray) -> float:
     if not norms > 0.0:
         return 1.0
     return float(np.float32(min(float(v @ c) / norms, 1.0)))
-
-
-def pack_nibbles(codes: np.ndarray) -> bytes:
-    """int8 codes in [-8, 7], two a byte (the first in the low half)."""
-    nibbles = (np.asarray(codes, dtype=np.int16) & 0x0F).astype(np.uint8)
-    if len(nibbles) % 2:
-        nibbles = np.append(nibbles, np.uint8(0))
-    return (nibbles[0::2] | (nibbles[1::2] << 4)).tobytes()
-
-
-#: Each byte's two codes (low half first), for `unpack_nibbles`.
-_NIBBLES = np.array(
-    [[(b & 0x0F) - 16 * (b & 0x08 > 0), (b >> 4) - 16 * (b & 0x80 > 0)] for b in range(256)],
-    dtype=np.int8,
-)
-
-
-def unpack_nibbles(data: bytes, n: int) -> np.ndarray:
-    """`pack_nibbles`' inverse: ``n`` int8 codes."""
-    return _NIBBLES[np.frombuffer(data, dtype=np.uint8)].reshape(-1)[:n].copy()
 
 
 #: Half precision's largest finite value: a larger magnitude is kept as it (`to_half`).
@@ -636,15 +547,10 @@ class CompactMemoryPageStore(MemoryPageStore):
         self._alone = IdRows()  # the key ids of the groups that are their home page alone
         self._pages = 0  # records holding a history state
 
-    def _section(self, page_id: int, which: int) -> bytes | None:
-        record = self._records.get(page_id)
-        if record is None:
-            return None
-        lengths = _RECORD_HEAD.unpack_from(record)
-        if not lengths[which]:
-            return None
-        start = _RECORD_HEAD.size + sum(lengths[:which])
-        return record[start : start + lengths[which]]
+    def _section_of(self, page_ids: Iterable[int], which: int) -> list[bytes | None]:
+        """Section ``which`` of each page's record (None: no record, or none held)."""
+        get = self._records.get
+        return record_sections([get(pid) for pid in page_ids], which)
 
     def _sections(self, page_id: int) -> list[bytes]:
         record = self._records.get(page_id)
@@ -657,15 +563,15 @@ class CompactMemoryPageStore(MemoryPageStore):
         return out
 
     def get_states(self, urls: Sequence[str]) -> list[PageState | None]:
-        blobs = (self._section(url_id(url), _STATE) for url in urls)
+        blobs = self._section_of(map(url_id, urls), _STATE)
         return [None if b is None else state_from_bytes(b) for b in blobs]
 
     def get_neighbours(self, page_ids: Sequence[int]) -> list[Neighbours | None]:
-        blobs = (self._section(pid, _RELATED) for pid in page_ids)
+        blobs = self._section_of(page_ids, _RELATED)
         return [None if b is None else Neighbours.from_bytes(b) for b in blobs]
 
     def get_rows(self, page_ids: Sequence[int]) -> list[np.ndarray | None]:
-        return rows_from_records([self._section(pid, _ROW) for pid in page_ids])
+        return rows_from_records(self._section_of(page_ids, _ROW))
 
     def get_siblings(self, keys: Sequence[str]) -> list[SiblingGroup]:
         ids = np.fromiter(map(sibling_key_id, keys), np.int64, len(keys))

@@ -10,6 +10,7 @@ import pytest
 
 from online.events import parse_event
 from online.index import FaissIndex
+from online.kernels import pack_descending, pack_varints
 from online.links import url_id
 from online.neighbour_search import moved_materially, resolve_short_ids
 from online.pipeline import PagePipeline, PipelineConfig
@@ -22,7 +23,6 @@ from online.stores import (
     byte_grid_values,
     codes_cosine,
     direction_codes,
-    pack_nibbles,
     to_byte_grid,
     to_half,
 )
@@ -205,6 +205,87 @@ def test_neighbours_version_1_is_still_read_with_an_unknown_direction() -> None:
     assert Neighbours(ids, weights, 12).to_bytes() == old
     with pytest.raises(ValueError, match="unknown neighbours format"):
         Neighbours.from_bytes(b"\x05" + old[1:])
+
+
+def pack_nibbles(codes: np.ndarray) -> bytes:
+    """int8 codes in [-8, 7], two a byte (the first in the low half)."""
+    nibbles = (np.asarray(codes, dtype=np.int16) & 0x0F).astype(np.uint8)
+    if len(nibbles) % 2:
+        nibbles = np.append(nibbles, np.uint8(0))
+    return (nibbles[0::2] | (nibbles[1::2] << 4)).tobytes()
+
+
+def _version_4(nb: Neighbours) -> bytes:
+    """``nb`` as version 4 is defined, in numpy: the plain statement of the format that
+    `online.kernels.encode_neighbours` compiles."""
+    flags, ids = 4, nb.ids.astype("<i8").tobytes()
+    if nb.short_ids:
+        flags |= 16
+        prefixes = (nb.ids.astype("<i8") >> ID_PREFIX_SHIFT).view(np.uint8)
+        ids = prefixes.reshape(-1, 8)[:, :5].tobytes()
+    w = np.asarray(nb.weights, dtype="<f4")
+    with np.errstate(invalid="ignore", over="ignore"):
+        codes, top = byte_grid_codes(w)
+        on_grid = len(w) and (byte_grid_values(codes, top) == w).all()
+        half = w.astype("<f2")
+    if on_grid:
+        flags |= 8
+        descending = pack_descending(codes)
+        flags |= 32 if descending is not None else 0
+        weights = struct.pack("<f", float(top[0])) + (descending or codes.tobytes())
+    elif (half.astype("<f4") == w).all():
+        flags, weights = flags | 1, half.tobytes()
+    else:
+        weights = w.tobytes()
+    direction = np.asarray(nb.found_with, dtype=np.int8)
+    dim = len(direction)
+    if direction.size and direction.min() >= -8 and direction.max() <= 7:
+        flags, direction = flags | 2, pack_nibbles(direction)
+    else:
+        direction = direction.tobytes()
+    cos = struct.pack("<f", nb.found_cos)
+    if cos[3] == 0x3F:
+        flags, cos = flags | 64, cos[:3]
+    head = bytes((4, flags)) + pack_varints((nb.index_size, len(nb.ids), dim))
+    return head + ids + weights + cos + direction
+
+
+def test_compiled_version_4_is_the_format_bit_for_bit() -> None:
+    """`Neighbours.to_bytes` (compiled) writes what the numpy statement of version 4 writes,
+    for weights on and off the byte grid, half-precision values and not (subnormal, beyond
+    65,504, infinite, NaN, negative, zero), long lists, short ids and any direction."""
+    rng = np.random.default_rng(23)
+    specials = np.array(
+        [0.0, -0.0, 2.0**-24, 3 * 2.0**-24, 2.0**-14, 65504.0, 65505.0, 7e4, np.inf, -np.inf,
+         np.nan, -0.5, 1e-30, 0.1, 1 / 3],
+        np.float32,
+    )  # fmt: skip
+    for trial in range(600):
+        n = int(rng.choice([0, 1, 2, 5, 30, 257, 258, 400]))
+        raw = rng.dirichlet(np.ones(max(n, 1)))[:n].astype(np.float32)
+        kind = trial % 5
+        if kind == 0:
+            weights = to_byte_grid(np.sort(raw)[::-1])
+        elif kind == 1:
+            weights = to_byte_grid(raw)
+        elif kind == 2:
+            weights = to_half(raw)
+        elif kind == 3:
+            weights = raw.copy()
+            if n:
+                weights[rng.integers(0, n, size=3)] = rng.choice(specials, size=3)
+        else:
+            weights = to_half(rng.choice(specials, size=n))
+        ids = rng.integers(-(2**63), 2**63 - 1, size=n, dtype=np.int64)
+        short = bool(trial % 2)
+        dim = int(rng.choice([0, 1, 5, DIM, 192]))
+        found = rng.integers(-8, 8, size=dim) if trial % 3 else rng.integers(-128, 128, size=dim)
+        cos = float(rng.choice([0.9957, 1.0, 0.5, 1.99, 2.0, 0.3, -0.7, np.nan, np.inf]))
+        size = int(rng.choice([0, 127, 128, 2**32, 2**63]))
+        nb = Neighbours(ids, weights, size, found.astype(np.int8), cos, short)
+        assert nb.to_bytes() == _version_4(nb), trial
+    with pytest.raises(OverflowError):
+        Neighbours(ids[:1], weights[:1], 1, found.astype(np.int8), 1e300).to_bytes()
 
 
 def _version_3(nb: Neighbours) -> bytes:

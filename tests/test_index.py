@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import itertools
+
 import faiss
 import numpy as np
 import pytest
@@ -259,6 +261,47 @@ def test_chunking_does_not_change_results(
     queries = unit(6, seed=99)
     a, b = whole.search(queries, 7), pieces.search(queries, 7)
     assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
+
+
+def ivf_lists(index: FaissIndex) -> list[list[int]]:
+    """Each IVF list's page ids, in list order."""
+    invlists = index._ivf.invlists
+    return [
+        faiss.rev_swig_ptr(invlists.get_ids(lst), invlists.list_size(lst)).tolist()
+        for lst in range(invlists.nlist)
+    ]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.integers(0, 30), min_size=40, max_size=120),
+    st.lists(st.integers(1, 25), min_size=1, max_size=8),
+)
+def test_ivf_lists_keep_the_order_of_one_page_at_a_time(
+    items: list[int], chunks: list[int]
+) -> None:
+    """Upserts in chunks (most of them replacing pages, often in a list the chunk has just
+    added to) leave each IVF list with the pages, in the order, that one upsert at a time
+    leaves: the lists' order decides ties among equal codes, so it must not depend on how
+    the stream was cut into batches."""
+    ids = np.array(items, dtype=np.int64)
+    rng = np.random.default_rng(len(items))
+    vecs = unit(len(items), seed=len(items))
+    vecs = vecs + 0.2 * rng.standard_normal(vecs.shape).astype(np.float32)  # lists change
+    first = unit(31, seed=7)  # every page indexed once, so that most upserts replace one
+    one, chunked = small_index(nprobe=2), small_index(nprobe=2)
+    for index in (one, chunked):
+        index.upsert(np.arange(31, dtype=np.int64), first)
+        assert index.is_ivf
+    for row in range(len(ids)):
+        one.upsert(ids[row : row + 1], vecs[row : row + 1])
+    start = 0
+    for size in itertools.cycle(chunks):
+        chunked.upsert(ids[start : start + size], vecs[start : start + size])
+        start += size
+        if start >= len(ids):
+            break
+    assert ivf_lists(chunked) == ivf_lists(one)
 
 
 @pytest.mark.parametrize(("storage", "codes"), STORAGE_AND_CODES)
