@@ -690,8 +690,6 @@ def pack_descending(const uint8_t[::1] codes):
     >>> codes = bytes([255, 250, 250, 249, 247, 240, 239, 235, 230, 228, 220, 210])
     >>> pack_descending(codes).hex(), pack_descending(bytes([1, 2]))
     ('ff0296d527564201', None)
-    >>> unpack_descending(pack_descending(codes), 0, 12)[0].tobytes() == codes
-    True
     """
     cdef Py_ssize_t n = codes.shape[0]
     cdef uint32_t[256] drops
@@ -725,18 +723,6 @@ cdef Py_ssize_t _read_descending(
             raise TruncatedError("damaged weight codes")
         out[i] = <uint8_t> code
     return offset + 2 + used
-
-
-def unpack_descending(const uint8_t[::1] data, Py_ssize_t offset, Py_ssize_t n):
-    """`pack_descending`'s inverse: (``n`` uint8 codes, the offset after them) from ``data`` at
-    ``offset``; raises ValueError where they run past its end or below 0."""
-    out = np.empty(max(n, 0), dtype=np.uint8)
-    cdef uint8_t[::1] o = out
-    cdef Py_ssize_t size = data.shape[0]
-    offset = _read_descending(
-        &data[0] if size else NULL, size, offset, n, &o[0] if n > 0 else NULL
-    )
-    return out, offset
 
 
 # -- page state, version 3 ------------------------------------------------------------------------
@@ -1267,22 +1253,6 @@ def pack_varints(tuple values):
     for i in range(n):
         at = _put_varint(buf, at, <uint64_t> values[i])
     return PyBytes_FromStringAndSize(<char*> buf, at)
-
-
-def unpack_varints(const uint8_t[::1] data, Py_ssize_t offset, Py_ssize_t count):
-    """`pack_varints`' inverse: (``count`` integers, the offset after them) from ``data`` at
-    ``offset``; raises ValueError where they run past its end."""
-    cdef Py_ssize_t i, size = data.shape[0]
-    cdef uint64_t x
-    cdef list out = []
-    if offset < 0 or offset > size:
-        raise TruncatedError("truncated varints")
-    for i in range(count):
-        offset = _get_varint(&data[0] if size else NULL, size, offset, &x)
-        if offset < 0:
-            raise TruncatedError("truncated varints")
-        out.append(x)
-    return out, offset
 
 
 # -- related-page lists ---------------------------------------------------------------------------

@@ -323,16 +323,17 @@ def _batch_candidates(
     at the asking row (no row between moved the page again). Only moving rows are compared,
     which in a batch of pages whose vectors stay put are few."""
     m = len(asks)
+    moved_ids = ids[move_rows]
     # Each moving row's next moving row of the same page (len(ids): none).
-    by_page = np.lexsort((move_rows, ids[move_rows]))
-    rows_sorted, ids_sorted = move_rows[by_page], ids[move_rows][by_page]
+    by_page = np.lexsort((move_rows, moved_ids))
+    rows_sorted, ids_sorted = move_rows[by_page], moved_ids[by_page]
     following = np.full(len(move_rows), len(ids), dtype=np.int64)
     same = ids_sorted[1:] == ids_sorted[:-1]
     following[by_page[:-1][same]] = rows_sorted[1:][same]
     ok = (
         (move_rows[None, :] < asks[:, None])
         & (following[None, :] >= asks[:, None])
-        & (ids[move_rows][None, :] != ids[asks][:, None])
+        & (moved_ids[None, :] != ids[asks][:, None])
     )
     take = min(wide, len(move_rows))
     rows = np.zeros((m, wide), dtype=np.int64)
