@@ -124,6 +124,8 @@ def drain(
             "cpu_parser_s": round(parser_cpu, 1),
             "events_per_main_cpu_s": round((n_events - start_count) / max(main_cpu, 1e-9)),
             "stage_s": stages,
+            # Adaptive batches: what piled up while the last one ran, up to batch_size.
+            "batches": round(sum(w.metric("lookaround_batch_events_count") for w in workers)),
             "load_avg_1m": round(os.getloadavg()[0], 1),
             "pages": pages,
             "redis_used_memory_growth_per_page": round((mem_after - mem_before) / max(pages, 1)),

@@ -452,10 +452,10 @@ async def _run_replica(settings: Settings, live: LiveProcessor, state: dict) -> 
                         items.append(parse_embedding(msg.value, settings.embedding_dim))
                     except BadEmbedding as exc:  # a foreign message must not stop the replica
                         live.reject_embedding(exc, f"{msg.topic}[{msg.partition}]@{msg.offset}")
-            if items:
-                live.apply_embeddings(items)
+            if items:  # behind a running batch, in its thread (see `streams.live`)
+                await live.in_pipeline_thread(live.apply_embeddings, items)
             elif live.pending:
-                live.retry_pending()
+                await live.in_pipeline_thread(live.retry_pending)
             if not ready.is_set():
                 idle_polls = 0 if items else idle_polls + 1
                 # Caught up: past the end offsets seen at start (or the topic went quiet).

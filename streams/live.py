@@ -20,6 +20,13 @@ Steps 4 and 5 of a batch overlap the next batch's steps 1–3 (the worker keeps 
 outstanding): the next batch reads through the writes not yet in Redis, and commits run in
 order. Waiting for the broker's acks and for Redis no longer holds up the pipeline.
 
+Steps 1–3 run in the processor's own thread (`LiveProcessor.in_pipeline_thread`), not in the
+event loop: Faust hands the worker its messages in the loop, so a batch processed there would
+stop the next one from arriving, and a busy worker would go on taking the few events that came
+between two batches instead of its backlog (`streams.batching`). The pipeline, the FAISS
+replica and the learner are used from that one thread only: the replica's updates from the
+embeddings topic queue behind a running batch instead of racing it.
+
 A crash between 3 and 4 replays the batch: the same priorities are published again (the crawler
 sees an update twice, harmless); a crash after 4 finds the pages already written, so the
 redelivered events are duplicates and change nothing (no double count).
@@ -36,8 +43,9 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 import numpy as np
 import orjson
@@ -68,6 +76,8 @@ log = logging.getLogger("lookaround.worker")
 PROCESSING_FIELD = "processing"
 
 REDIS_DOWN = (RedisConnectionError, RedisTimeoutError, ConnectionError, TimeoutError)
+
+T = TypeVar("T")
 
 #: A message to publish: (topic, key, value, headers).
 Message = tuple[str, bytes | None, bytes, list[tuple[str, bytes]]]
@@ -105,6 +115,20 @@ class LiveBatch:
     embeddings: int = 0
     attempts: int = 1
     results: list[Processed] = field(default_factory=list)
+
+
+@dataclass
+class _Done:
+    """A batch through the pipeline: its results and related updates, the (position, error) of
+    each event whose processing raised, the embeddings to publish (key, message), the layer
+    of its writes, and the attempts it took."""
+
+    results: list[Processed]
+    related: list[dict]
+    failed: list[tuple[int, str]]
+    embeddings: list[tuple[bytes, bytes]]
+    layer: PageWrites
+    attempts: int = 1
 
 
 def _finish_interrupted_write(store: RedisPageStore) -> None:
@@ -169,6 +193,14 @@ class LiveProcessor:
         #: its start (runs sort by it) and the events it has passed to the pipeline.
         self.run_id = time.time_ns()
         self.sequence = 0
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix="lookaround-pipeline")
+
+    async def in_pipeline_thread(self, action: Callable[..., T], *args: object) -> T:
+        """``action(*args)`` in the processor's thread, after what is already queued there: the
+        one thread that uses the pipeline, the replica and the learner (see the module
+        docstring), so that the event loop goes on taking messages meanwhile."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._thread, action, *args)
 
     @property
     def index(self) -> FaissIndex:
@@ -328,7 +360,10 @@ class LiveProcessor:
         outcome = LiveBatch(records=len(records))
         if parsed is None:
             values = [r.value for r in records]
-            parsed = parse_values(values, s.embedding_dim, s.max_outlinks, s.event_limits())
+            limits = s.event_limits()
+            parsed = await self.in_pipeline_thread(
+                parse_values, values, s.embedding_dim, s.max_outlinks, limits
+            )
         fetches: list[Fetch] = []
         sources: list[RecordLike] = []
         messages: list[Message] = []
@@ -340,7 +375,9 @@ class LiveProcessor:
             field_name, reason = item
             messages.append(self._dead_letter(rec, field_name, reason, outcome))
         t0 = time.perf_counter()
-        results, related, outcome.attempts, failed = await self._process(fetches)
+        done = await self._process(fetches)
+        results, related, failed = done.results, done.related, done.failed
+        outcome.attempts = done.attempts
         if failed:
             for at, error in failed:
                 reason = f"processing failed: {error}"
@@ -365,7 +402,7 @@ class LiveProcessor:
         for update in related:  # after the fetches' own: a crawler applies them in order
             messages.append((topic, update["url"].encode(), orjson.dumps(update), []))
         outcome.related = len(related)
-        for key, value in self._embeddings(results):
+        for key, value in done.embeddings:
             messages.append((s.topic_embeddings, key, value, []))
         outcome.embeddings = len(messages) - outcome.rejects - outcome.priorities - outcome.related
         if stale:
@@ -374,7 +411,7 @@ class LiveProcessor:
             m.duplicates.inc(duplicates)
         delivered = await self.publish(messages)
         m.stage_seconds.labels(stage="publish").inc(time.perf_counter() - t1)
-        return outcome, delivered, self.deferred.seal()
+        return outcome, delivered, done.layer
 
     def _dead_letter(
         self, rec: RecordLike, field_name: str, reason: str, outcome: LiveBatch
@@ -415,31 +452,43 @@ class LiveProcessor:
             self.versions[pid] = max(self.versions.get(pid, float("-inf")), r.event.timestamp)
         return out
 
-    async def _process(
-        self, fetches: list[Fetch]
-    ) -> tuple[list[Processed], list[dict], int, list[tuple[int, str]]]:
-        """(results of the events that went through, the related updates they made, attempts,
-        (position, error) of each event whose processing raised)."""
-        if not fetches:
-            return [], [], 1, []
+    async def _process(self, fetches: list[Fetch]) -> _Done:
+        """The batch through the pipeline, retried while Redis is unreachable."""
         attempt = 0
         delay = 0.1
         while True:
             attempt += 1
-            ids = np.unique(np.fromiter((f.page_id for f in fetches), np.int64, len(fetches)))
-            present = self.index.contains_many(ids)
-            before = self.index.reconstruct_many(ids[present]) if present.any() else None
             try:
-                isolated = self.pipeline.process_isolated(fetches)
-                results = isolated.outcome.results
-                self._set_redis(True)
-                self._model_versions(results)
-                self._guard_metrics()
-                return results, isolated.outcome.related, attempt, isolated.failed
+                done = await self.in_pipeline_thread(self._attempt, fetches)
             except REDIS_DOWN as exc:
-                self._rollback(ids, present, before)
-                self.deferred.discard()
                 delay = await self._backoff(exc, "process", attempt, delay)
+                continue
+            self._set_redis(True)
+            done.attempts = attempt
+            return done
+
+    def _attempt(self, fetches: list[Fetch]) -> _Done:
+        """One attempt at a batch, in the processor's thread, up to its sealed layer: no update
+        of the replica comes between the batch and the embeddings it publishes. An attempt
+        that Redis failed is rolled back in the replica and its pending writes dropped, so the
+        next sees things as they were."""
+        if not fetches:
+            return _Done([], [], [], [], self.deferred.seal())
+        ids = np.unique(np.fromiter((f.page_id for f in fetches), np.int64, len(fetches)))
+        present = self.index.contains_many(ids)
+        before = self.index.reconstruct_many(ids[present]) if present.any() else None
+        try:
+            isolated = self.pipeline.process_isolated(fetches)
+        except REDIS_DOWN:
+            self._rollback(ids, present, before)
+            self.deferred.discard()
+            raise
+        results = isolated.outcome.results
+        self._model_versions(results)
+        self._guard_metrics()
+        embeddings = self._embeddings(results)
+        layer = self.deferred.seal()
+        return _Done(results, isolated.outcome.related, isolated.failed, embeddings, layer)
 
     def _guard_metrics(self) -> None:
         """The learner's skipped steps and the replaced scores, as the pipeline counts them."""

@@ -556,6 +556,95 @@ def _latest_vectors(path: Path) -> dict[int, np.ndarray]:
     return {pid: v for pid, (_, v) in latest.items()}
 
 
+def test_a_batch_runs_off_the_event_loop_and_the_replica_waits_for_it(
+    redis_client, prefix, monkeypatch
+):
+    """While a batch is processed, the event loop goes on (Faust hands the worker its next
+    messages there, so a busy worker's next batch is its backlog); the replica's updates from
+    the embeddings topic run after the batch, in its thread, never during it."""
+    import threading
+    import time as time_module
+
+    from online.links import link_info
+    from streams.live import LiveProcessor
+
+    settings = worker_settings("127.0.0.1:1", prefix, batch_size=50)
+    store = RedisPageStore(redis_client, prefix=settings.redis_key_prefix)
+
+    async def publish(messages):
+        async def delivered() -> None:
+            return None
+
+        return delivered()
+
+    live = LiveProcessor(settings, store, publish)
+    spans: dict[str, tuple[float, float, str]] = {}
+    real_process = live.pipeline.process_isolated
+
+    def slow_process(fetches):
+        start = time_module.perf_counter()
+        time_module.sleep(0.4)  # a batch that takes a while
+        out = real_process(fetches)
+        spans["batch"] = (start, time_module.perf_counter(), threading.current_thread().name)
+        return out
+
+    monkeypatch.setattr(live.pipeline, "process_isolated", slow_process)
+    real_apply = live.apply_embeddings
+
+    def apply(items):
+        start = time_module.perf_counter()
+        out = real_apply(items)
+        spans["replica"] = (start, time_module.perf_counter(), threading.current_thread().name)
+        return out
+
+    url = "https://replica.example/1"
+    vector = np.ones(settings.embedding_dim, np.float32) / np.sqrt(settings.embedding_dim)
+    records = [
+        _Record(
+            settings.topic_fetched,
+            0,
+            offset,
+            None,
+            orjson.dumps(
+                {
+                    "url": f"https://loop.example/{offset}",
+                    "fetched_at": 1_767_225_600 + offset,
+                    "outlinks": [],
+                }
+            ),
+        )
+        for offset in range(20)
+    ]
+
+    async def run() -> int:
+        ticks = 0
+        done = asyncio.Event()
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while not done.is_set():
+                await asyncio.sleep(0.01)
+                ticks += 1
+
+        tick_task = asyncio.create_task(ticker())
+        batch = asyncio.create_task(live.handle(records))
+        await asyncio.sleep(0.05)  # the batch is under way
+        item = (link_info(url).page_id, 1.0, vector, url)
+        await live.in_pipeline_thread(apply, [item])
+        outcome = await batch
+        done.set()
+        await tick_task
+        assert outcome.priorities == len(records)
+        return ticks
+
+    ticks = asyncio.run(run())
+    batch_start, batch_end, batch_thread = spans["batch"]
+    replica_start, _, replica_thread = spans["replica"]
+    assert ticks >= 20  # the loop ran all through the 0.4 s batch (0 if it were blocked)
+    assert batch_thread == replica_thread != threading.main_thread().name
+    assert replica_start >= batch_end > batch_start
+
+
 def test_replica_versions_and_pending(redis_client, prefix):
     """Out-of-order and echoed embeddings: the newest version of each page wins, and a vector
     waits until its fetch is committed in Redis."""
