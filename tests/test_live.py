@@ -581,8 +581,11 @@ def test_a_batch_runs_off_the_event_loop_and_the_replica_waits_for_it(
     spans: dict[str, tuple[float, float, str]] = {}
     real_process = live.pipeline.process_isolated
 
+    batch_started = threading.Event()
+
     def slow_process(fetches):
         start = time_module.perf_counter()
+        batch_started.set()
         time_module.sleep(0.4)  # a batch that takes a while
         out = real_process(fetches)
         spans["batch"] = (start, time_module.perf_counter(), threading.current_thread().name)
@@ -628,7 +631,8 @@ def test_a_batch_runs_off_the_event_loop_and_the_replica_waits_for_it(
 
         tick_task = asyncio.create_task(ticker())
         batch = asyncio.create_task(live.handle(records))
-        await asyncio.sleep(0.05)  # the batch is under way
+        while not batch_started.is_set():  # the batch is under way
+            await asyncio.sleep(0.005)
         item = (link_info(url).page_id, 1.0, vector, url)
         await live.in_pipeline_thread(apply, [item])
         outcome = await batch
