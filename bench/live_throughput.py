@@ -255,12 +255,6 @@ def main() -> None:
     )
     defaults = Settings.model_fields
     ap.add_argument(
-        "--latency-batch-within",
-        type=float,
-        default=defaults["batch_within_seconds"].default,
-        help="the worker's batch_within_seconds in the latency phase (default: settings)",
-    )
-    ap.add_argument(
         "--latency-batch-size",
         type=int,
         default=defaults["batch_size"].default,
@@ -313,10 +307,8 @@ def main() -> None:
                 tmp,
                 client,
                 redis_url=redis_url,
-                batch_within_seconds=args.latency_batch_within,
                 batch_size=args.latency_batch_size,
             )
-            results["latency"]["batch_within_seconds"] = args.latency_batch_within
             print(orjson.dumps(results["latency"]).decode(), flush=True)
     finally:
         broker.terminate()

@@ -1,11 +1,12 @@
 """The Faust app of a live worker, built from one `Settings` by `create_app`.
 
 * agent ``fetched-pages`` over the fetched-page topic (the consumer group ``settings.app_id``):
-  adaptive micro-batches (what arrived while the last batch was processed, up to
-  ``batch_size``; chunks from ``stream.noack_take`` come within ``batch_within_seconds``) go
-  to `streams.live.LiveProcessor` (parsed there, or with ``parse_processes`` > 0 in a parser
-  process while the previous batch is processed); the records are acked (and so committed)
-  only after their batch is fully processed, published and written to Redis;
+  the consumer hands the topic's records over a fetch at a time (`streams.bulk_delivery`),
+  and adaptive micro-batches (what arrived while the last batch was processed, up to
+  ``batch_size``) go to `streams.live.LiveProcessor` (parsed there, or with
+  ``parse_processes`` > 0 in a parser process while the previous batch is processed); the
+  records are acked (and so committed) only after their batch is fully processed, published
+  and written to Redis;
 * task ``embeddings-replica``: an aiokafka consumer with no group that reads every partition of
   the embeddings topic from the beginning and keeps this worker's FAISS replica current; the
   agent starts only once the replica has caught up with the topic's end at start-up;
@@ -37,6 +38,7 @@ import faust
 from prometheus_client import generate_latest
 
 from batch.helper_processes import helper_pool
+from streams import bulk_delivery
 from streams.batching import BatchGatherer
 from streams.composition import worker_store
 from streams.gcpolicy import freeze_startup_heap
@@ -172,6 +174,7 @@ async def _delivered() -> None:
 def create_app(settings: Settings, *, store: RedisPageStore | None = None) -> faust.App:
     """A Faust app for one worker: its agent runs the pipeline through a `LiveProcessor`."""
     _patch_fetch_wait()
+    bulk_delivery.install()
     datadir = Path(tempfile.gettempdir()) / f"lookaround-faust-{settings.app_id}-{os.getpid()}"
     app = faust.App(
         settings.app_id,
@@ -213,14 +216,27 @@ def create_app(settings: Settings, *, store: RedisPageStore | None = None) -> fa
     state["health"] = watch
 
     fetched = app.topic(settings.topic_fetched, key_type=bytes, value_type=bytes)
+    gathered: BatchGatherer = BatchGatherer(settings.batch_size)
+
+    async def take_fetch(messages: list) -> None:
+        watch.events_read()
+        metrics.fetch_size.observe(len(messages))
+        await gathered.put(messages)
+
+    setattr(
+        app,
+        bulk_delivery.ROUTE_ATTRIBUTE,
+        bulk_delivery.BulkRoute(fetched.get_topic_name(), take_fetch),
+    )
 
     @app.agent(fetched, name="fetched-pages")
     async def fetched_pages(stream: faust.StreamT) -> None:
         await state["replica_ready"].wait()
         frozen = freeze_startup_heap()
         log.info("processing %s", settings.topic_fetched, extra={"frozen_objects": frozen})
+        aiter(stream.channel)  # subscribes the topic, whose records come through `gathered`
         try:
-            await _consume(app, stream, settings, live, state)
+            await _consume(app, gathered, settings, live, state)
         finally:
             await publisher.stop()
 
@@ -263,25 +279,25 @@ def create_app(settings: Settings, *, store: RedisPageStore | None = None) -> fa
 
 
 async def _consume(
-    app: faust.App, stream: faust.StreamT, settings: Settings, live: LiveProcessor, state: dict
+    app: faust.App, gathered: BatchGatherer, settings: Settings, live: LiveProcessor, state: dict
 ) -> None:
-    """Adaptive micro-batches in three overlapping stages.
+    """Adaptive micro-batches in two overlapping stages.
 
-    1. This loop collects chunks from ``stream.noack_take`` (``batch_size`` events, or what
-       came within ``batch_within_seconds``; ``take`` itself would ack a chunk as soon as its
-       loop body returns) in a `BatchGatherer`.
-    2. The feeder waits until the processor has taken its last batch, then takes everything
-       gathered meanwhile (up to ``batch_size``) as the next batch (and, with
-       ``parse_processes`` > 0, parses it in a parser process; otherwise `LiveProcessor.begin`
-       parses it). An idle worker so handles a chunk as soon as it comes; a busy one handles
-       the backlog that built up during its last batch in one go (see `streams.batching`).
-    3. The processor runs each parsed batch through `LiveProcessor.begin` and acks its events,
-       in order, only after its commit: no offset is committed past an event that was not
-       fully processed (a stop or crash mid-batch leaves its events uncommitted).
+    The consumer puts each fetch's records in ``gathered`` (`streams.bulk_delivery`), waiting
+    while ``batch_size`` of them are waiting there.
+
+    1. The feeder waits until the processor has taken its last batch, then takes everything
+       gathered meanwhile (up to ``batch_size``) as the next batch, less what a rebalance made
+       stale (and, with ``parse_processes`` > 0, parses it in a parser process; otherwise
+       `LiveProcessor.begin` parses it). An idle worker so handles a fetch as soon as it
+       comes; a busy one handles the backlog that built up during its last batch in one go
+       (see `streams.batching`).
+    2. The processor runs each parsed batch through `LiveProcessor.begin` and acks its
+       records, in order, only after its commit: no offset is committed past an event that
+       was not fully processed (a stop or crash mid-batch leaves its events uncommitted).
     """
     loop = asyncio.get_running_loop()
     watch: HealthWatch = state["health"]
-    gathered: BatchGatherer = BatchGatherer(settings.batch_size)
     batches_q: asyncio.Queue = asyncio.Queue(maxsize=1)
     pool = helper_pool(settings.parse_processes) if settings.parse_processes > 0 else None
     if pool is not None:  # start the parser now, not on the first event (seconds of imports)
@@ -290,8 +306,9 @@ async def _consume(
     async def feeder() -> None:
         while True:
             await batches_q.join()  # the processor took the last batch: gather until now
-            events = await gathered.get()
-            messages = [e.message for e in events]
+            messages = bulk_delivery.current(app, await gathered.get())
+            if not messages:
+                continue
             parsed = None
             if pool is not None:
                 parsed = await loop.run_in_executor(
@@ -302,14 +319,13 @@ async def _consume(
                     settings.max_outlinks,
                     settings.event_limits(),
                 )
-            await batches_q.put((events, messages, parsed))
+            await batches_q.put((messages, parsed))
 
-    async def commit(previous: asyncio.Task | None, batch: Awaitable, events: list, messages: list):
+    async def commit(previous: asyncio.Task | None, batch: Awaitable, messages: list) -> None:
         if previous is not None:
             await previous  # commits in order; raises if the one before failed
         await batch
-        for e in events:
-            await stream.ack(e)
+        bulk_delivery.ack(app, messages)
         watch.committed(_update_lag(app, live, messages), _highwater(app))
         if not len(gathered) and batches_q.empty() and not live.in_batch:
             watch.idle()
@@ -320,10 +336,10 @@ async def _consume(
         previous: asyncio.Task | None = None
         try:
             while True:
-                events, messages, parsed = await batches_q.get()
+                messages, parsed = await batches_q.get()
                 batches_q.task_done()
                 batch = await live.begin(messages, parsed)
-                task = asyncio.create_task(commit(previous, batch, events, messages))
+                task = asyncio.create_task(commit(previous, batch, messages))
                 if previous is not None:
                     await asyncio.shield(previous)  # a stop must not cancel a commit
                 previous = task
@@ -336,13 +352,10 @@ async def _consume(
     stages = [asyncio.create_task(feeder()), asyncio.create_task(processor())]
     state["running"] = True
     try:
-        async for events in stream.noack_take(settings.batch_size, settings.batch_within_seconds):
-            for stage in stages:
-                if stage.done():
-                    stage.result()  # re-raise what stopped it
-                    raise RuntimeError("the worker's feeder or processor stopped")
-            watch.events_read()
-            await gathered.put(events)
+        done, _ = await asyncio.wait(stages, return_when=asyncio.FIRST_COMPLETED)
+        for stage in done:
+            stage.result()  # re-raise what stopped it
+        raise RuntimeError("the worker's feeder or processor stopped")
     finally:
         for stage in stages:
             stage.cancel()

@@ -140,12 +140,6 @@ class Settings(BaseSettings):
         description="Most events per micro-batch: a batch is what arrived while the previous"
         " one was processed, up to this many.",
     )
-    batch_within_seconds: float = Field(
-        0.05,
-        gt=0,
-        description="Longest wait to fill a chunk (stream.take) for an idle worker (bounds"
-        " latency at low rates).",
-    )
     parse_processes: int = Field(
         0,
         ge=0,

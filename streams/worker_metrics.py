@@ -43,6 +43,12 @@ class Metrics:
             buckets=(1, 10, 50, 100, 250, 500, 1000, 5000),
             registry=r,
         )
+        self.fetch_size = Histogram(
+            "lookaround_fetch_records",
+            "Records of the fetched-page topic the consumer handed over per fetch",
+            buckets=(1, 10, 50, 100, 250, 500, 1000, 5000),
+            registry=r,
+        )
         self.stage_seconds = Counter(
             "lookaround_stage_seconds",
             "Time spent per stage of a batch (process, publish, write)",

@@ -138,6 +138,9 @@ def test_parity_with_embedded_replay(
     assert check.matching == check.expected
     assert w.metric("lookaround_events_in_total") == len(lines)
     assert w.metric("lookaround_priorities_out_total") == len(lines)
+    # The backlog came over a fetch at a time (`streams.bulk_delivery`), not a record at a time.
+    assert w.metric("lookaround_fetch_records_sum") == len(lines)
+    assert w.metric("lookaround_fetch_records_count") <= len(lines) / 10
     status, body = w.get("/metrics")
     assert status == 200 and b"lookaround_batch_seconds_bucket" in body
     # `lookaround replay-topic --priorities`: the recorded topic replays to the same run
