@@ -459,8 +459,11 @@ async def _run_replica(settings: Settings, live: LiveProcessor, state: dict) -> 
         while True:
             batches = await consumer.getmany(timeout_ms=200, max_records=5000)
             items = []
+            own = live.own_embedding
             for msgs in batches.values():
                 for msg in msgs:
+                    if own(msg.headers):
+                        continue
                     try:
                         items.append(parse_embedding(msg.value, settings.embedding_dim))
                     except BadEmbedding as exc:  # a foreign message must not stop the replica

@@ -294,6 +294,9 @@ def dead_letter_message(
 
 ORDER_HEADER = "lookaround-order"
 SOURCE_HEADER = "lookaround-source"
+#: An embeddings message's publisher: one worker process (its id and start), whose replica
+#: already holds the vector and so skips the message when it reads it back.
+PUBLISHER_HEADER = "lookaround-publisher"
 
 
 def processing_headers(run: int, sequence: int, partition: int, offset: int) -> list:

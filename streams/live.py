@@ -59,6 +59,7 @@ from online.stores import PageWrites
 from streams.composition import worker_pipeline
 from streams.deferred_store import DeferredStore
 from streams.kafka_io import (
+    PUBLISHER_HEADER,
     BadEmbedding,
     dead_letter_message,
     embedding_message,
@@ -193,6 +194,8 @@ class LiveProcessor:
         #: its start (runs sort by it) and the events it has passed to the pipeline.
         self.run_id = time.time_ns()
         self.sequence = 0
+        #: The header this process's embeddings messages carry (`own_embedding`).
+        self.publisher = (PUBLISHER_HEADER, b"%s:%d" % (settings.worker_id.encode(), self.run_id))
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="lookaround-pipeline")
 
     async def in_pipeline_thread(self, action: Callable[..., T], *args: object) -> T:
@@ -243,6 +246,13 @@ class LiveProcessor:
             "related pages until fetched again. To start over, give the workers a new "
             "embeddings topic (LOOKAROUND_TOPIC_EMBEDDINGS), or set embedding_dim back."
         )
+
+    def own_embedding(self, headers: Sequence[tuple[str, bytes]] | None) -> bool:
+        """Whether an embeddings message was published by this process: its vector went into
+        the replica, and its version into ``versions``, as it was published, so reading it
+        back would change nothing (`apply_embeddings` would drop it) and is skipped unparsed.
+        A restarted worker is another process and applies what it published before."""
+        return bool(headers) and self.publisher in headers  # type: ignore[operator]
 
     def apply_embeddings(self, items: Sequence[tuple[int, float, np.ndarray, str]]) -> int:
         """Upsert (page id, version, vector, url) from the embeddings topic where newer than
@@ -403,7 +413,7 @@ class LiveProcessor:
             messages.append((topic, update["url"].encode(), orjson.dumps(update), []))
         outcome.related = len(related)
         for key, value in done.embeddings:
-            messages.append((s.topic_embeddings, key, value, []))
+            messages.append((s.topic_embeddings, key, value, [self.publisher]))
         outcome.embeddings = len(messages) - outcome.rejects - outcome.priorities - outcome.related
         if stale:
             m.stale.inc(stale)

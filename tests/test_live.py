@@ -650,6 +650,45 @@ def test_a_batch_runs_off_the_event_loop_and_the_replica_waits_for_it(
     assert replica_start >= batch_end > batch_start
 
 
+def test_a_worker_reads_back_only_others_embeddings(redis_client, prefix):
+    """The embeddings a worker process publishes carry its mark: its own replica skips them
+    when it reads them back (it indexed them as it published them); another process, a
+    restart of the same worker included, applies them."""
+    from streams.live import LiveProcessor
+
+    settings = worker_settings("127.0.0.1:1", prefix)
+    store = RedisPageStore(redis_client, prefix=settings.redis_key_prefix)
+    sent: list = []
+    live = LiveProcessor(settings, store, _recording_publish(sent))
+    rng = np.random.default_rng(3)
+    records = [
+        _Record(
+            settings.topic_fetched,
+            0,
+            offset,
+            None,
+            orjson.dumps(
+                {
+                    "url": f"https://emb.example/{offset}",
+                    "fetched_at": 1_767_225_600 + offset,
+                    "outlinks": [],
+                    "embedding": rng.normal(size=settings.embedding_dim).tolist(),
+                }
+            ),
+        )
+        for offset in range(5)
+    ]
+    asyncio.run(live.handle(records))
+    published = [h for t, _, _, h in sent if t == settings.topic_embeddings]
+    assert len(published) == 5
+    restarted = LiveProcessor(settings, store, _no_publish)  # same worker_id, a new process
+    for headers in published:
+        as_read = tuple(headers)  # aiokafka hands a record's headers over as a tuple
+        assert live.own_embedding(as_read)
+        assert not restarted.own_embedding(as_read)
+    assert not live.own_embedding(()) and not live.own_embedding(None)
+
+
 def test_replica_versions_and_pending(redis_client, prefix):
     """Out-of-order and echoed embeddings: the newest version of each page wins, and a vector
     waits until its fetch is committed in Redis."""
