@@ -284,16 +284,7 @@ def test_live_isolates_an_event_whose_processing_raises(redis_client, prefix, mo
     monkeypatch.setattr(walk_module, "update", update)
     urls = [f"https://ok.example/{i}" for i in range(40)]
     urls[17] = "https://bad.example/"
-    records = [
-        _Record(
-            settings.topic_fetched,
-            0,
-            offset,
-            None,
-            orjson.dumps({"url": url, "fetched_at": 1_767_225_600 + offset, "outlinks": []}),
-        )
-        for offset, url in enumerate(urls)
-    ]
+    records = _fetch_records(settings, urls)
     outcome = asyncio.run(live.handle(records))
     assert outcome.rejects == 1 and outcome.priorities == 39
     letters = [orjson.loads(v) for t, _, v, _ in sent if t == settings.topic_dead_letter]
@@ -342,6 +333,18 @@ class _Record:
     offset: int
     key: bytes | None
     value: bytes | None
+
+
+def _fetch_records(settings, urls: list[str], embeddings: np.ndarray | None = None) -> list:
+    """A fetched-page record per URL (offsets from 0, a second apart, no outlinks), with the
+    row of ``embeddings`` of the same place where given."""
+    records = []
+    for offset, url in enumerate(urls):
+        event: dict = {"url": url, "fetched_at": 1_767_225_600 + offset, "outlinks": []}
+        if embeddings is not None:
+            event["embedding"] = embeddings[offset].tolist()
+        records.append(_Record(settings.topic_fetched, 0, offset, None, orjson.dumps(event)))
+    return records
 
 
 def test_worker_killed_mid_stream_loses_and_doubles_nothing(
@@ -603,22 +606,7 @@ def test_a_batch_runs_off_the_event_loop_and_the_replica_waits_for_it(
 
     url = "https://replica.example/1"
     vector = np.ones(settings.embedding_dim, np.float32) / np.sqrt(settings.embedding_dim)
-    records = [
-        _Record(
-            settings.topic_fetched,
-            0,
-            offset,
-            None,
-            orjson.dumps(
-                {
-                    "url": f"https://loop.example/{offset}",
-                    "fetched_at": 1_767_225_600 + offset,
-                    "outlinks": [],
-                }
-            ),
-        )
-        for offset in range(20)
-    ]
+    records = _fetch_records(settings, [f"https://loop.example/{i}" for i in range(20)])
 
     async def run() -> int:
         ticks = 0
@@ -661,23 +649,8 @@ def test_a_worker_reads_back_only_others_embeddings(redis_client, prefix):
     sent: list = []
     live = LiveProcessor(settings, store, _recording_publish(sent))
     rng = np.random.default_rng(3)
-    records = [
-        _Record(
-            settings.topic_fetched,
-            0,
-            offset,
-            None,
-            orjson.dumps(
-                {
-                    "url": f"https://emb.example/{offset}",
-                    "fetched_at": 1_767_225_600 + offset,
-                    "outlinks": [],
-                    "embedding": rng.normal(size=settings.embedding_dim).tolist(),
-                }
-            ),
-        )
-        for offset in range(5)
-    ]
+    urls = [f"https://emb.example/{i}" for i in range(5)]
+    records = _fetch_records(settings, urls, rng.normal(size=(5, settings.embedding_dim)))
     asyncio.run(live.handle(records))
     published = [h for t, _, _, h in sent if t == settings.topic_embeddings]
     assert len(published) == 5
