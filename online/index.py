@@ -277,10 +277,13 @@ class FaissIndex:
     """The online related-page index: exact while small, IVF once it holds many pages.
 
     It starts as an exact inner-product index (``IndexIDMap2`` over ``IndexFlatIP``). The
-    upsert that brings it to ``exact_below`` live vectors trains an ``IndexIVFFlat`` on
-    exactly those vectors (the incoming chunk is split at the threshold, so the result
-    does not depend on how upserts were chunked), moves them over and adds the rest.
-    The IVF index keeps a hash-table direct map, so pages can be replaced and removed.
+    upsert that brings it to ``exact_below`` live vectors starts training an IVF index on
+    exactly those vectors in a background thread (the incoming chunk is split at the
+    threshold, so the result does not depend on how upserts were chunked), and the exact
+    search goes on meanwhile; at ``takeover_growth`` times that size the IVF index takes over
+    with the changes made since, as a retrained one does (below). A live worker so never
+    stops its batches for the k-means. The IVF index keeps a hash-table direct map, so pages
+    can be replaced and removed.
 
     Same upserts and removes in the same order give the same index, and therefore the
     same search results, whatever the chunking: flat storage is compacted in order, and
@@ -446,9 +449,9 @@ class FaissIndex:
     def next_switch(self) -> int | None:
         """The size at which the search next changes: the switch to IVF, or a retrained index
         taking over (None: no change ahead)."""
-        if self._ivf is None:
-            return self.exact_below
-        return None if self._retraining is None else self._retraining.takeover_at
+        if self._retraining is not None:
+            return self._retraining.takeover_at
+        return self.exact_below if self._ivf is None else None
 
     def ids(self) -> np.ndarray:
         """Sorted int64 array of the live page ids."""
@@ -505,8 +508,8 @@ class FaissIndex:
     def _apply_upsert(self, ids: np.ndarray, vectors: np.ndarray) -> None:
         if self._ivf is None:
             self._upsert_flat(ids, vectors)
-            return
-        self._upsert_ivf(ids, vectors)
+        else:
+            self._upsert_ivf(ids, vectors)
         if self._retraining is not None and len(ids):
             self._retraining.changes.append((ids, vectors))
 
@@ -522,25 +525,24 @@ class FaissIndex:
             self._flat.remove_ids(arr)
         else:
             self._ivf_remove(arr)
-            if self._retraining is not None:
-                self._retraining.changes.append((arr, None))
+        if self._retraining is not None:
+            self._retraining.changes.append((arr, None))
         self._free.extend(self._rows_of.remove(arr).tolist())
 
     def _next_threshold(self) -> int | None:
-        """The next size at which the index changes: the switch to IVF, a retraining's
-        start, or its takeover."""
-        if self._ivf is None:
-            return self.exact_below
+        """The next size at which the index changes: the start of the IVF's training or of
+        a retraining, or the takeover of what they built."""
         if self._retraining is not None:
             return self._retraining.takeover_at
+        if self._ivf is None:
+            return self.exact_below
         return self._retrain_at
 
     def _at_threshold(self) -> None:
-        if self._ivf is None:
-            self._switch_to_ivf()
-            self._schedule_retraining()
-        elif self._retraining is not None:
+        if self._retraining is not None:
             self._take_over()
+        elif self._ivf is None:
+            self._start_switch_to_ivf()
         else:
             self._start_retraining()
 
@@ -776,15 +778,20 @@ class FaissIndex:
         selector = faiss.IDSelectorArray(len(ids), faiss.swig_ptr(ids))
         self._ivf.remove_ids(selector)
 
-    def _switch_to_ivf(self) -> None:
+    def _start_switch_to_ivf(self) -> None:
+        """Train and fill the first IVF index on every vector held now, in the background
+        (the exact search goes on meanwhile); it takes over as a retrained one does."""
         flat = self._flat
         assert flat is not None
         n = flat.ntotal
         vectors = flat.index.reconstruct_n(0, n)
         ids = faiss.vector_to_array(flat.id_map).astype(np.int64)
         nlist = self.nlist if self.nlist is not None else default_nlist(n)
-        self._use(_build_ivf(self._ivf_params(nlist), vectors, ids, vectors))
-        self._flat = None
+        self._retraining = _Retraining(
+            takeover_at=max(math.ceil(self.takeover_growth * n), n + 1),
+            ids=ids,
+            built=_background().submit(_build_ivf, self._ivf_params(nlist), vectors, ids, vectors),
+        )
 
     # -- retraining ----------------------------------------------------------------------
 
@@ -825,7 +832,9 @@ class FaissIndex:
         current one (waiting for it if it is not ready)."""
         retraining, self._retraining = self._retraining, None
         assert retraining is not None
+        first = self._ivf is None  # the switch from the exact search, not a retraining
         self._use(retraining.built.result())
+        self._flat = None
         members = set(retraining.ids.tolist())
         for ids, vectors in retraining.changes:
             if vectors is None:
@@ -835,7 +844,7 @@ class FaissIndex:
                 indexed = np.fromiter((i in members for i in ids.tolist()), bool, len(ids))
                 self._upsert_ivf_lists(ids, vectors, indexed)
                 members.update(ids.tolist())
-        self.retrains += 1
+        self.retrains += 0 if first else 1
         self._schedule_retraining()
 
     def _ivf_params(self, nlist: int) -> _IVFParams:

@@ -436,9 +436,11 @@ def test_by_default_the_lists_are_retrained_where_the_size_calls_for_twice_as_ma
     assert (index.lists, index.next_switch) == (0, 40)
     x = clustered(700, 16, seed=4)
     index.upsert(np.arange(40), x[:40])
+    assert (index.lists, index.next_switch) == (0, 41)  # trained from 40, taking over at 41
+    index.upsert(np.arange(40, 41), x[40:41])
     assert index.lists == default_nlist(40) == 1
     assert size_for_more_lists(1) == 78 and index.next_switch is None  # starts at 78: unseen
-    index.upsert(np.arange(40, 77), x[40:77])
+    index.upsert(np.arange(41, 77), x[41:77])
     assert index.lists == 1
     index.upsert(np.arange(77, 79), x[77:79])  # trained at 78 pages, taken over at the next
     assert (index.lists, index.retrains) == (default_nlist(78), 1) == (2, 1)
@@ -471,13 +473,19 @@ def test_next_switch_names_the_size_where_the_search_changes() -> None:
     assert index.next_switch == 40
     x = clustered(200, seed=5)
     index.upsert(np.arange(40), x[:40])
-    assert index.is_ivf and index.next_switch is None  # training starts at 80, unseen
-    index.upsert(np.arange(40, 80), x[40:80])
-    assert index.next_switch == 120  # training started at 80; takes over at 1.5 x 80
+    # The IVF trains in the background from these 40 pages; it takes over at 1.5 x 40, and
+    # the search stays exact until then.
+    assert not index.is_ivf and index.next_switch == 60
+    index.upsert(np.arange(40, 59), x[40:59])
+    assert not index.is_ivf
+    index.upsert(np.arange(59, 60), x[59:60])
+    assert index.is_ivf and index.next_switch is None  # retraining starts at 2 x 60, unseen
+    index.upsert(np.arange(60, 120), x[60:120])
+    assert index.next_switch == 180  # training started at 120; takes over at 1.5 x 120
     before = index.lists
-    index.upsert(np.arange(80, 119), x[80:119])
+    index.upsert(np.arange(120, 179), x[120:179])
     assert index.lists == before
-    index.upsert(np.arange(119, 120), x[119:120])
+    index.upsert(np.arange(179, 180), x[179:180])
     assert index.lists > before and index.retrains == 1 and index.next_switch is None
 
 
