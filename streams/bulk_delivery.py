@@ -13,8 +13,9 @@ fetch at a time instead: each fetch's messages of that topic, in order, go to th
 Everything else the fetch loop does is Faust's own, unchanged: which partitions are fetched,
 the generation and flow checks of ``Consumer.getmany``, the read offsets and their gaps, the
 commits every ``broker_commit_every`` acks, and every other topic's messages through the
-conductor. Each handed-over message is tracked as a stream would track it (so a rebalance's
-``wait_empty`` waits for it), and is acked with `ack` after its batch is committed.
+conductor. Each message the sink takes is tracked as a stream would track it (so a
+rebalance's ``wait_empty`` waits for it), and is acked with `ack` after its batch is
+committed; a fetch dropped because the flow was suspended while the sink waited is not.
 
 A message still waiting when a rebalance starts a new generation is dropped without an ack
 (`current`), as Faust's stream skips one: its partition is read again from its committed
@@ -92,14 +93,17 @@ async def _drain_in_bulk(consumer: Any, fetcher: Any, route: BulkRoute) -> None:
                         consumer._n_acked = 0
                         await consumer.commit()
                     if message.topic == topic:
-                        message.tracked = True
-                        track(message)
                         chunk.append(message)
                     else:
                         await consumer.wait_first(callback(message), consumer.suspend_flow.wait())
                     set_read_offset(tp, offset)
             if chunk:
-                await consumer.wait_first(route.sink(chunk), consumer.suspend_flow.wait())
+                handing = route.sink(chunk)
+                waited = await consumer.wait_first(handing, consumer.suspend_flow.wait())
+                if handing in waited.done:  # taken (not dropped for a suspended flow)
+                    for message in chunk:
+                        message.tracked = True
+                        track(message)
             consumer.diag.unset_flag(CONSUMER_FETCHING)
     except (*consumer.consumer_stopped_errors, asyncio.CancelledError):
         if consumer.transport.app.should_stop:
