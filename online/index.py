@@ -787,11 +787,7 @@ class FaissIndex:
         vectors = flat.index.reconstruct_n(0, n)
         ids = faiss.vector_to_array(flat.id_map).astype(np.int64)
         nlist = self.nlist if self.nlist is not None else default_nlist(n)
-        self._retraining = _Retraining(
-            takeover_at=max(math.ceil(self.takeover_growth * n), n + 1),
-            ids=ids,
-            built=_background().submit(_build_ivf, self._ivf_params(nlist), vectors, ids, vectors),
-        )
+        self._train_in_background(nlist, vectors, ids, vectors)
 
     # -- retraining ----------------------------------------------------------------------
 
@@ -819,12 +815,19 @@ class FaissIndex:
         rng = np.random.default_rng(self.seed + self.retrains + 1)
         picked = np.sort(rng.choice(size, sample, replace=False))
         self._retrain_at = None
+        self._train_in_background(nlist, vectors[picked], ids, vectors)
+
+    def _train_in_background(
+        self, nlist: int, train: np.ndarray, ids: np.ndarray, vectors: np.ndarray
+    ) -> None:
+        """Build an IVF index of ``nlist`` lists (trained on ``train``, filled with ``ids``
+        and ``vectors``: every page indexed now) in the training thread; it takes over at
+        ``takeover_growth`` times this size, and at least one page later."""
+        size = len(ids)
         self._retraining = _Retraining(
             takeover_at=max(math.ceil(self.takeover_growth * size), size + 1),
             ids=ids,
-            built=_background().submit(
-                _build_ivf, self._ivf_params(nlist), vectors[picked], ids, vectors
-            ),
+            built=_background().submit(_build_ivf, self._ivf_params(nlist), train, ids, vectors),
         )
 
     def _take_over(self) -> None:
