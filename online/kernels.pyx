@@ -12,18 +12,20 @@ Python objects and arrays, reads no global state and does no I/O.
 * `iso_utc_many`: epoch microseconds to ISO-8601 text;
 * `SlotRecord`: slots-class instances from positional values (the `Fetch` constructor);
 * `gather_half`: rows of a half-precision matrix as float32 (the index's stored vectors);
+* `gathered_dots`: each query's exact similarities to its candidates (related pages' rerank);
 * `top_k_rows`: each row's k largest entries, best first (the IVF centroids' ranking);
 * `encode_neighbours` / `decode_neighbours`: a related-page list (`online.stores.Neighbours`)
   as stored and read back;
 * `record_sections`: one section of each of the embedded store's page records;
 * `direction_cosine`: a changed vector's cosine to the direction its related pages were
-  found with.
+  found with;
+* `direction_codes`: that direction as int8 codes, kept when related pages are searched.
 """
 
 cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cpython.bytearray cimport PyByteArray_AS_STRING
-from libc.math cimport NAN
+from libc.math cimport INFINITY, NAN
 from libc.stdint cimport int8_t, int64_t, uint8_t, uint16_t, uint32_t
 from libc.stdio cimport snprintf
 
@@ -527,6 +529,74 @@ def gather_half(const uint16_t[:, ::1] halves, const int64_t[::1] rows):
         for j in range(dim):
             o[i, j] = table[halves[row, j]]
     return out
+
+
+def gathered_dots(
+    const float[:, ::1] vectors,
+    const int64_t[:, ::1] rows,
+    const float[:, ::1] queries,
+    float[:, ::1] out,
+    Py_ssize_t column=0,
+):
+    """``out[i, column + j] = vectors[rows[i, j]] . queries[i]``, ``-inf`` where
+    ``rows[i, j] < 0`` (no candidate): the exact similarities of each query to its
+    candidates, without first gathering the candidates' vectors into an array of their own.
+
+    A product is summed in one fixed order (eight running sums over the dimensions, then
+    added up in turn), so a pair of vectors gets the same similarity whatever batch, row or
+    column it comes in, as BLAS kernels chosen by shape do not promise.
+
+    >>> import numpy as np
+    >>> v = np.array([[1.0, 0.0], [0.6, 0.8]], dtype=np.float32)
+    >>> q = np.array([[0.0, 1.0], [1.0, 0.0]], dtype=np.float32)
+    >>> out = np.zeros((2, 3), dtype=np.float32)
+    >>> gathered_dots(v, np.array([[1, -1], [0, 1]]), q, out, 1)
+    >>> out.tolist()
+    [[0.0, 0.800000011920929, -inf], [0.0, 1.0, 0.6000000238418579]]
+    """
+    cdef Py_ssize_t n = rows.shape[0], width = rows.shape[1], dim = vectors.shape[1]
+    cdef Py_ssize_t count = vectors.shape[0], i, j, row
+    if queries.shape[0] != n or queries.shape[1] != dim:
+        raise ValueError(f"queries of shape {tuple(queries.shape)[:2]}, expected ({n}, {dim})")
+    if out.shape[0] != n or column < 0 or column + width > out.shape[1]:
+        raise ValueError(f"out of shape {tuple(out.shape)[:2]} cannot take {width} columns at {column}")
+    for i in range(n):
+        for j in range(width):
+            if rows[i, j] >= count:
+                raise IndexError(f"row {rows[i, j]} outside 0..{count - 1}")
+    if dim == 0:
+        for i in range(n):
+            for j in range(width):
+                out[i, column + j] = 0.0 if rows[i, j] >= 0 else -INFINITY
+        return
+    with nogil:
+        for i in range(n):
+            for j in range(width):
+                row = rows[i, j]
+                if row < 0:
+                    out[i, column + j] = -INFINITY
+                else:
+                    out[i, column + j] = _dot(&vectors[row, 0], &queries[i, 0], dim)
+
+
+cdef inline float _dot(const float* a, const float* b, Py_ssize_t dim) noexcept nogil:
+    """``a . b`` summed in a fixed order: eight running sums, each over every eighth
+    dimension, added up in turn, then the dimensions past the last full eight."""
+    cdef float s[8]
+    cdef Py_ssize_t i, t, full = dim - dim % 8
+    cdef float total
+    for t in range(8):
+        s[t] = 0.0
+    i = 0
+    while i < full:
+        for t in range(8):
+            s[t] += a[i + t] * b[i + t]
+        i += 8
+    total = ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]))
+    while i < dim:
+        total += a[i] * b[i]
+        i += 1
+    return total
 
 
 # -- compact codes: varints and Rice codes ------------------------------------------------------
@@ -1592,3 +1662,37 @@ def direction_cosine(const _real[::1] vector, const int8_t[::1] codes):
     if not norms > 0.0 or isinf(norms):
         return NAN
     return dot / norms
+
+
+def direction_codes(const _real[::1] vector, int levels):
+    """A vector's direction as int8 codes: ``rint(v * (levels / max|v|))`` in float64 (the
+    largest component at +-``levels``), all zeros for a zero vector or one that is not
+    finite. What `online.stores.direction_codes` computes with numpy, in one pass over the
+    vector: it runs for every related-page search.
+
+    >>> import numpy as np
+    >>> direction_codes(np.array([0.5, -1.0, 0.26], np.float32), 7).tolist()
+    [4, -7, 2]
+    >>> direction_codes(np.array([np.nan, 1.0]), 7).tolist()
+    [0, 0]
+    """
+    if levels < 0 or levels > 127:
+        raise ValueError("levels must be within 0..127")
+    cdef Py_ssize_t i, n = vector.shape[0]
+    out = np.zeros(n, dtype=np.int8)
+    cdef int8_t[::1] codes = out
+    cdef double top = 0.0, x, scale
+    for i in range(n):
+        x = vector[i]
+        if x != x:
+            return out
+        if x < 0.0:
+            x = -x
+        if x > top:
+            top = x
+    if top == 0.0 or isinf(top):
+        return out
+    scale = levels / top
+    for i in range(n):
+        codes[i] = <int8_t> rint(vector[i] * scale)
+    return out

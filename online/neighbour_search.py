@@ -24,7 +24,7 @@ import numpy as np
 from online.fetch import Fetch
 from online.history import Kind
 from online.index import VectorIndex, neighbour_weights
-from online.kernels import direction_cosine, top_k_rows
+from online.kernels import direction_cosine, gathered_dots, top_k_rows
 from online.stores import (
     DIRECTION_DIMS,
     ID_PREFIX_SHIFT,
@@ -40,8 +40,6 @@ _MARGIN = 5
 #: the batch moved before it. A row that loses more than these is searched again as wide as
 #: the batch could need (`finish_search`), so this sets the cost, not the result.
 _SLACK = 8
-#: Rows per block when similarities are recomputed (bounds the temporary array).
-_CHUNK = 128
 #: Query rows per index search task: the search thread takes them in order, and those it has
 #: not started when the batch's other work is done are searched by the main thread.
 _SEARCH_CHUNK = 128
@@ -266,26 +264,22 @@ def finish_search(
     batch_rows, batch_ok = _batch_candidates(ask_queries, queries, ids, asks, move_rows, wide)
 
     cand_ids = np.concatenate([np.where(index_ok, found, -1), ids[batch_rows]], axis=1)
-    # Stored vectors of the index candidates, row 0 a zero vector for empty slots.
+    # Stored vectors of the index candidates, each page's once; -1: an empty slot.
     unique, inverse = np.unique(found[index_ok], return_inverse=True)
-    stored = np.zeros((len(unique) + 1, queries.shape[1]), np.float32)
-    if len(unique):
-        stored[1:] = index.reconstruct_many(unique)
-    stored_row = np.zeros(found.shape, dtype=np.int64)
-    stored_row[index_ok] = inverse.reshape(-1) + 1
-    width = found.shape[1]
-    m = len(asks)
-    # Elementwise products summed along the contiguous last axis: the same arithmetic for
-    # a pair of vectors whatever the batch, unlike BLAS kernels chosen by shape.
-    sims = np.full(cand_ids.shape, -np.inf, dtype=np.float32)
-    for lo in range(0, m, _CHUNK):
-        hi = min(lo + _CHUNK, m)
-        q = ask_queries[lo:hi]
-        exact = np.einsum("cnd,cd->cn", stored[stored_row[lo:hi]], q)
-        sims[lo:hi, :width] = np.where(index_ok[lo:hi], exact, -np.inf)
-        if batch_ok[lo:hi].any():
-            exact = np.einsum("cnd,cd->cn", queries[batch_rows[lo:hi]], q)
-            sims[lo:hi, width:] = np.where(batch_ok[lo:hi], exact, -np.inf)
+    stored = (
+        index.reconstruct_many(unique)
+        if len(unique)
+        else np.zeros((0, queries.shape[1]), np.float32)
+    )
+    index_rows = np.full(found.shape, -1, dtype=np.int64)
+    index_rows[index_ok] = inverse.reshape(-1)
+    # Each pair's product summed in one fixed order, so that a pair of vectors gets the same
+    # similarity whatever the batch, unlike BLAS kernels chosen by shape.
+    sims = np.empty(cand_ids.shape, dtype=np.float32)
+    ask_queries = np.ascontiguousarray(ask_queries, dtype=np.float32)
+    gathered_dots(np.ascontiguousarray(stored, dtype=np.float32), index_rows, ask_queries, sims)
+    batch_candidates = np.where(batch_ok, batch_rows, -1).astype(np.int64, copy=False)
+    gathered_dots(queries, batch_candidates, ask_queries, sims, found.shape[1])
     order = np.lexsort((cand_ids, -sims), axis=-1)[:, :k]
     best_ids = np.take_along_axis(cand_ids, order, axis=1)
     best_sims = np.take_along_axis(sims, order, axis=1)

@@ -23,6 +23,7 @@ from online.history import from_bytes as state_from_bytes
 from online.history import to_bytes as state_to_bytes
 from online.id_rows import IdRows
 from online.kernels import decode_neighbours, encode_neighbours, record_sections
+from online.kernels import direction_codes as _direction_codes_kernel
 from online.links import sibling_key_id, url_id
 from online.related_updates import GroupGain, SiblingFollow, SiblingGroup
 from online.schedule import Allocation
@@ -125,11 +126,10 @@ def direction_codes(vector: np.ndarray, levels: int = DIRECTION_LEVELS) -> np.nd
     were found with is kept this way (`Neighbours.found_with`); a cosine similarity needs no
     more than the direction, and the codes' own error is allowed for with their cosine to
     the vector (`codes_cosine`)."""
-    v = np.asarray(vector, dtype=np.float64).reshape(-1)
-    top = float(np.max(np.abs(v))) if v.size else 0.0
-    if not np.isfinite(top) or top == 0.0:
-        return np.zeros(v.size, dtype=np.int8)
-    return np.rint(v * (levels / top)).astype(np.int8)
+    v = np.asarray(vector).reshape(-1)
+    if v.dtype != np.float32:
+        v = v.astype(np.float64)
+    return _direction_codes_kernel(np.ascontiguousarray(v), levels)
 
 
 #: Dimensions the compact store keeps a found-with direction in: a longer vector is kept as

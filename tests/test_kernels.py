@@ -226,3 +226,80 @@ def test_top_k_rows_is_a_stable_descending_sort_cut_at_k(scores: np.ndarray, k: 
 def test_top_k_rows_refuses_a_negative_k() -> None:
     with pytest.raises(ValueError, match="k must be >= 0"):
         kernels.top_k_rows(np.zeros((1, 3), dtype=np.float32), -1)
+
+
+def reference_dot(a: list[float], b: list[float]) -> float:
+    """The kernel's fixed order in float32: eight running sums over every eighth dimension,
+    added up pairwise, then the dimensions past the last full eight."""
+    f = np.float32
+    full = len(a) - len(a) % 8
+    sums = [f(0.0)] * 8
+    for i in range(0, full, 8):
+        for t in range(8):
+            sums[t] = f(sums[t] + f(a[i + t]) * f(b[i + t]))
+    total = f(
+        f(f(sums[0] + sums[1]) + f(sums[2] + sums[3]))
+        + f(f(sums[4] + sums[5]) + f(sums[6] + sums[7]))
+    )
+    for i in range(full, len(a)):
+        total = f(total + f(a[i]) * f(b[i]))
+    return float(total)
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.data(), dim=st.integers(0, 21), count=st.integers(1, 5), n=st.integers(0, 4))
+def test_gathered_dots_sum_each_pair_in_one_fixed_order(data, dim: int, count: int, n: int) -> None:
+    """Each slot holds its pair's product as the fixed order sums it (so a pair gets the same
+    number wherever it stands), -inf for -1; columns outside the block are left alone."""
+    floats = st.floats(-2, 2, width=32)
+    vectors = data.draw(hnp.arrays(np.float32, (count, dim), elements=floats))
+    queries = data.draw(hnp.arrays(np.float32, (n, dim), elements=floats))
+    width = data.draw(st.integers(0, 4))
+    rows = data.draw(hnp.arrays(np.int64, (n, width), elements=st.integers(-1, count - 1)))
+    out = np.full((n, width + 2), 7.0, dtype=np.float32)
+    kernels.gathered_dots(vectors, rows, queries, out, 1)
+    for i in range(n):
+        assert out[i, 0] == out[i, -1] == 7.0
+        for j in range(width):
+            row = int(rows[i, j])
+            want = (
+                -math.inf if row < 0 else reference_dot(vectors[row].tolist(), queries[i].tolist())
+            )
+            assert out[i, 1 + j] == want
+
+
+def test_gathered_dots_refuse_rows_and_shapes_out_of_range() -> None:
+    vectors = np.ones((2, 3), dtype=np.float32)
+    queries = np.ones((1, 3), dtype=np.float32)
+    out = np.zeros((1, 2), dtype=np.float32)
+    with pytest.raises(IndexError, match=r"row 2 outside 0\.\.1"):
+        kernels.gathered_dots(vectors, np.array([[2]]), queries, out)
+    with pytest.raises(ValueError, match="cannot take 2 columns at 1"):
+        kernels.gathered_dots(vectors, np.array([[0, 1]]), queries, out, 1)
+    with pytest.raises(ValueError, match="queries of shape"):
+        kernels.gathered_dots(vectors, np.array([[0]]), np.ones((1, 2), np.float32), out)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    vector=hnp.arrays(
+        st.sampled_from([np.float32, np.float64]),
+        st.integers(0, 40),
+        elements=st.floats(allow_nan=True, allow_infinity=True, width=32),
+    ),
+    levels=st.sampled_from([0, 1, 7, 127]),
+)
+def test_direction_codes_are_numpys_rounding_of_the_scaled_vector(vector, levels: int) -> None:
+    """rint(v * (levels / max|v|)) in float64, zeros for a zero or non-finite vector."""
+    v = vector.astype(np.float64)
+    top = float(np.max(np.abs(v))) if v.size else 0.0
+    if not np.isfinite(top) or top == 0.0:
+        want = np.zeros(v.size, dtype=np.int8)
+    else:
+        want = np.rint(v * (levels / top)).astype(np.int8)
+    assert kernels.direction_codes(vector, levels).tolist() == want.tolist()
+
+
+def test_direction_codes_refuse_levels_past_a_byte() -> None:
+    with pytest.raises(ValueError, match="levels must be within"):
+        kernels.direction_codes(np.ones(3), 128)
