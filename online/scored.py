@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from datetime import datetime, timedelta
 
 import numpy as np
@@ -62,6 +62,14 @@ class ScoredColumns:
     def __len__(self) -> int:
         return len(self.urls)
 
+    def __reduce__(self) -> tuple:
+        # The replay hands a batch's columns to its writer process: its intervals go as plain
+        # tuples, which pickle about 20 times faster than named tuples (each of those is
+        # pickled as its class and a call), the rest field by field.
+        values = [getattr(self, name) for name in _COLUMN_FIELDS]
+        values[_INTERVALS_AT] = [None if i is None else tuple(i) for i in self.intervals]
+        return (_scored_columns, tuple(values))
+
     def models(self, at: int) -> dict[str, str]:
         """The model versions behind row ``at``'s score."""
         return self.scorer["models"] if self.row_models is None else self.row_models[at]
@@ -88,6 +96,17 @@ class ScoredColumns:
     def priority_lines(self) -> bytes:
         """Every row's priority update as JSON Lines."""
         return b"".join(orjson.dumps(self.priority(a)) + b"\n" for a in range(len(self)))
+
+
+_COLUMN_FIELDS = tuple(f.name for f in fields(ScoredColumns))
+_INTERVALS_AT = _COLUMN_FIELDS.index("intervals")
+
+
+def _scored_columns(*values: object) -> ScoredColumns:
+    """`ScoredColumns.__reduce__`'s inverse: the intervals made `Interval` again."""
+    columns = ScoredColumns(*values)  # type: ignore[arg-type]
+    columns.intervals = [None if i is None else Interval._make(i) for i in columns.intervals]
+    return columns
 
 
 def next_fetch_iso(fetched_us: np.ndarray, wait_days: list[float]) -> list[str | None]:

@@ -5,7 +5,9 @@ unestimated (None) null in the file."""
 
 from __future__ import annotations
 
+import pickle
 import random
+from dataclasses import fields
 from pathlib import Path
 
 import numpy as np
@@ -198,3 +200,21 @@ def test_a_row_keeps_the_url_of_its_own_fetch_when_a_page_url_changes(tmp_path):
             table.add_batch(columns(events[start : start + batch_size]))
         table.close()
         assert read_rows(path) == expected_rows(events)
+
+
+def test_scored_columns_cross_to_the_writer_process_unchanged() -> None:
+    """A batch pickled for the writer comes back field for field, its intervals `Interval`s
+    again (the writer reads them by name)."""
+    batch = columns(stream(seed=3, fetches=40, pages=8))
+    batch.row_models = [{"batch": "v1"}] * len(batch)
+    back = pickle.loads(pickle.dumps(batch, protocol=pickle.HIGHEST_PROTOCOL))
+    assert back.intervals == batch.intervals
+    assert any(i is not None for i in back.intervals) and any(i is None for i in back.intervals)
+    assert all(i is None or type(i) is Interval for i in back.intervals)
+    for f in fields(ScoredColumns):
+        if f.name not in ("matrix", "candidates"):
+            assert getattr(back, f.name) == getattr(batch, f.name), f.name
+    np.testing.assert_array_equal(back.matrix, batch.matrix)
+    assert back.candidates is not None and batch.candidates is not None
+    for name, values in batch.candidates.items():
+        np.testing.assert_array_equal(back.candidates[name], values)
