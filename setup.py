@@ -11,7 +11,10 @@ setup(
                 module,
                 [module.replace(".", "/") + ".pyx"],
                 include_dirs=["online/vendor/xxhash"],
-                extra_compile_args=["-O3"],
+                # No fused multiply-adds unless written: a similarity or a mean is then the
+                # same number on every machine (GCC contracts a * b + c where the target has
+                # FMA, as aarch64 always does).
+                extra_compile_args=["-O3", "-ffp-contract=off"],
             )
             for module in ("online.fastparse", "online.kernels", "streams.partitioner")
         ],

@@ -30,6 +30,7 @@ from online.stores import (
     ID_PREFIX_SHIFT,
     Neighbours,
     compact_direction,
+    new_neighbours,
     to_byte_grid,
 )
 
@@ -292,13 +293,13 @@ def finish_search(
     for at, row in enumerate(asks.tolist()):
         p = todo[row]
         keep = weights[at] > 0
-        out[id(p)] = Neighbours(
+        out[id(p)] = new_neighbours(
             best_ids[at][keep],
             weights[at][keep],
             search.size_before + int(new_so_far[row]),
             p.found_with,
             p.found_cos,
-            short_ids=half,
+            half,
         )
     return out, writes
 

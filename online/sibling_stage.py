@@ -32,7 +32,7 @@ from online.related_updates import (
 )
 from online.scored import iso
 from online.scoring import Scorer
-from online.stores import Neighbours, PageStore, PageWrites
+from online.stores import Neighbours, PageStore, PageWrites, new_neighbours
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +76,9 @@ def read_siblings(
 def _weighted_alike(page_ids: list[int]) -> Neighbours:
     """Pages as look-around pages of equal weight."""
     n = len(page_ids)
-    return Neighbours(np.array(page_ids, np.int64), np.full(n, 1.0 / n, np.float32), 0)
+    return new_neighbours(
+        np.array(page_ids, np.int64), np.full(n, 1.0 / n, np.float32), 0, None, 1.0, False
+    )
 
 
 def pass_groups(

@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import struct
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Protocol
 
 import numpy as np
@@ -22,7 +22,7 @@ from online.history import PageState
 from online.history import from_bytes as state_from_bytes
 from online.history import to_bytes as state_to_bytes
 from online.id_rows import IdRows
-from online.kernels import decode_neighbours, encode_neighbours, record_sections
+from online.kernels import SlotRecord, decode_neighbours, encode_neighbours, record_sections
 from online.kernels import direction_codes as _direction_codes_kernel
 from online.links import sibling_key_id, url_id
 from online.related_updates import GroupGain, SiblingFollow, SiblingGroup
@@ -112,8 +112,13 @@ class Neighbours:
     def _from_v3(cls, data: bytes) -> Neighbours:
         """Versions 3 and 4, decoded in one compiled pass (`online.kernels.decode_neighbours`):
         a page's list is read for every event of the page."""
-        return cls(*decode_neighbours(data))
+        return new_neighbours(*decode_neighbours(data))
 
+
+#: `Neighbours` from all six values in field order, without the frozen dataclass's per-field
+#: calls (``__init__``'s cost was half that of reading a list back): for the lists made or
+#: read once an event
+new_neighbours = SlotRecord(Neighbours, tuple(f.name for f in fields(Neighbours)))
 
 #: The found-with direction's codes run from -DIRECTION_LEVELS to +DIRECTION_LEVELS: 4 bits a
 #: dimension (`Neighbours` packs two a byte).
