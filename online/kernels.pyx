@@ -564,11 +564,6 @@ def gathered_dots(
         for j in range(width):
             if rows[i, j] >= count:
                 raise IndexError(f"row {rows[i, j]} outside 0..{count - 1}")
-    if dim == 0:
-        for i in range(n):
-            for j in range(width):
-                out[i, column + j] = 0.0 if rows[i, j] >= 0 else -INFINITY
-        return
     with nogil:
         for i in range(n):
             for j in range(width):
