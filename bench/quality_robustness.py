@@ -7,8 +7,12 @@ This benchmark judges the same floors on variations no default was chosen on:
 * generated regimes at other intervals and seeds (news every 6 h and 24 h, docs daily, an
   aggregator every 3 days, paper-like pages monthly);
 * where ../shared holds them, the real timeline of docs.astro.build sampled as crawls every
-  day, 3 days, 2 weeks and 4 weeks (`sample_crawls`), and the 2-hourly news pages N taken
-  every 4 and 6 hours.
+  day, 3 days, 2 weeks and 4 weeks (`batch.crawl_sampling`), and the 2-hourly news pages N
+  taken every 4 and 6 hours;
+* crawls as a crawler logs them (`batch.crawl_sampling.CrawlPlan`): each round's fetches
+  spread over half the round, a tenth of the fetches skipped, 3% failing, a fifth of the pages
+  found only in a later round; of generated news, docs and aggregator sites and, where
+  ../shared holds them, of docs.astro.build's timeline and of N.
 
 For each it prints the default's yield@10% against the best of NNL-Av, NNL-Pr and CCR, its
 Spearman against NNL-Av's and the floors (`streams.quality`), then the average ratio to NNL-Av.
@@ -30,8 +34,8 @@ from pathlib import Path
 
 import orjson
 
+from batch.crawl_sampling import CrawlPlan, sample_crawls
 from batch.generate import GeneratorConfig, write_events
-from batch.timeline import Timeline
 from streams.quality import AVERAGE_FLOOR, SHARED, Matrix, judge
 from streams.replay import replay
 from streams.timeline_io import read_timeline
@@ -65,19 +69,43 @@ class Generated(Variant):
         return True
 
 
+#: How a crawler's log differs from snapshots, in the "-crawler" variants.
+IRREGULAR = {"stagger": 0.5, "missed": 0.1, "failed": 0.03, "late": 0.2}
+
+
 @dataclass(frozen=True)
 class Sampled(Variant):
-    """Crawls every ``every_days`` of a timeline, from its start to its end."""
+    """A timeline (or an events file of repeated crawls, as the timeline it describes) crawled
+    every ``every_days``, from its start to its end, by a crawler with the ``irregular`` ways
+    of `batch.crawl_sampling.CrawlPlan` (none: snapshots)."""
 
     timeline: Path
     every_days: float
+    irregular: dict[str, float] | None = None
+    seed: int = 1
 
     def write(self, path: Path) -> bool:
         if not self.timeline.exists():
             return False
         timeline = read_timeline(self.timeline).timeline
-        write_lines(path, sample_crawls(timeline, self.every_days * DAY))
+        plan = CrawlPlan(self.every_days * DAY, **(self.irregular or {}), seed=self.seed)
+        write_lines(path, (orjson.dumps(e) for e in sample_crawls(timeline, plan)))
         return True
+
+
+@dataclass(frozen=True)
+class GeneratedCrawler(Variant):
+    """A generated site (`Generated`'s fields) crawled by a crawler with irregular ways."""
+
+    site: Generated
+    irregular: dict[str, float]
+
+    def write(self, path: Path) -> bool:
+        snapshots = path.with_name(f"{self.site.name}.jsonl.gz")
+        if not snapshots.exists():
+            self.site.write(snapshots)
+        every = (self.site.interval_hours or 24 * 7) / 24
+        return Sampled(self.name, self.about, snapshots, every, self.irregular).write(path)
 
 
 @dataclass(frozen=True)
@@ -94,20 +122,6 @@ class Thinned(Variant):
             kept = (line for line in fh if orjson.loads(line).get("crawl", 0) % self.keep == 0)
             write_lines(path, kept)
         return True
-
-
-def sample_crawls(timeline: Timeline, every_seconds: float) -> Iterator[bytes]:
-    """One crawl of every page alive at each sampling time (the page's state then), in crawl
-    then URL order, as event lines."""
-    t, crawl = timeline.start, 0
-    while t <= timeline.end:
-        for url in timeline.alive_at(t):
-            version = timeline.state_at(url, t)
-            event = version.event(t)
-            event["crawl"] = crawl
-            yield orjson.dumps(event)
-        t += every_seconds
-        crawl += 1
 
 
 def write_lines(path: Path, lines: Iterator[bytes]) -> None:
@@ -131,7 +145,23 @@ def variants() -> list[Variant]:
         Sampled("S-4w", "docs.astro.build every 4 weeks (real timeline)", timeline, 28),
         Thinned("N-4h", "German news pages every 4 h (real)", news, 2),
         Thinned("N-6h", "German news pages every 6 h (real)", news, 3),
-    ]
+        GeneratedCrawler(
+            "news-crawler", "news pages every 12 h, as a crawler logs them, seed 12",
+            Generated("news-12h", "", "news", 600, 16, 12, 12), IRREGULAR,
+        ),
+        GeneratedCrawler(
+            "docs-crawler", "a sparse docs site weekly, as a crawler logs it, seed 13",
+            Generated("docs-7d", "", "docs", 2000, 12, 168, 13), IRREGULAR,
+        ),
+        GeneratedCrawler(
+            "agg-crawler", "an aggregator weekly, as a crawler logs it, seed 14",
+            Generated("agg-7d", "", "aggregator", 1500, 12, 168, 14), IRREGULAR,
+        ),
+        Sampled("S-crawler", "docs.astro.build weekly, as a crawler logs it (real timeline)",
+                timeline, 7, IRREGULAR),
+        Sampled("N-crawler", "German news pages every 2 h, as a crawler logs them (real)",
+                news, 2 / 24, IRREGULAR),
+    ]  # fmt: skip
 
 
 def main() -> int:

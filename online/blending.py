@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from scipy.stats import norm
+from scipy.stats import t as student_t
 
 from online.candidates import Evidence
 from online.ranking import DEFAULT_BUDGETS, Ranked, spearman, yield_at_budget
@@ -44,6 +46,8 @@ _BINS = int((_LOG_HIGH - _LOG_LOW) * _PER_DECADE)
 #: Rows per AdaHedge round: small rounds let the learning rate adapt at the pace of the
 #: evidence rather than of the epochs.
 HEDGE_ROUND = 16
+#: Epochs an option must have been measured in before it may replace the default.
+MIN_EPOCHS = 3
 
 
 def ranking_options(used: Sequence[str]) -> list[str]:
@@ -168,23 +172,28 @@ def measure_options(option_totals: Mapping[str, np.ndarray], truth: np.ndarray) 
 
 def choose(measured: Mapping[str, list[float]], used: Sequence[str], switch_evidence: float) -> str:
     """The default ranking option, or another that has ranked this stream's labels better (its
-    ``measured`` quality per epoch) in a paired comparison by more than ``switch_evidence``
-    standard errors."""
+    ``measured`` quality per epoch) in a paired comparison with the default.
+
+    The comparison is a one-sided paired t-test over the epochs both were measured in, at the
+    level that ``switch_evidence`` standard errors give under a normal law, with Student's law
+    for the spread estimated from those epochs: with a handful of epochs that spread is itself
+    noise (two epochs that happen to agree give any ratio), and a switch on it costs a site
+    the ranking that was right for it. An option measured in fewer than `MIN_EPOCHS` epochs
+    is not compared. Of the options past the bar, the one with the largest t."""
     default = default_option(used)
     base = np.array(measured.get(default, []))
-    best, best_t = default, switch_evidence
+    level = float(norm.sf(switch_evidence))
+    best, best_t = default, -np.inf
     for name in ranking_options(used):
         values = np.array(measured.get(name, []))
-        if name == default or len(values) < 2 or len(values) != len(base):
+        if name == default or len(values) < MIN_EPOCHS or len(values) != len(base):
             continue
         diff = values - base
         spread = diff.std(ddof=1)
-        t = (
-            np.inf
-            if spread == 0 and diff.mean() > 0
-            else diff.mean() / max(spread / np.sqrt(len(diff)), 1e-300)
-        )
-        if t > best_t:
+        if spread == 0:  # the same difference every epoch: no spread to judge it by
+            continue
+        t = diff.mean() / (spread / np.sqrt(len(diff)))
+        if t > student_t.isf(level, len(diff) - 1) and t > best_t:
             best, best_t = name, t
     return best
 

@@ -6,9 +6,13 @@ trust (`online.hedge`). The paper's baselines are here as estimators in the same
 shrunk towards a prior by Bühlmann credibility (`online.credibility`: the weight of a page's
 own ``n`` intervals is ``n / (n + k)``, with ``k`` estimated from the stream for each prior):
 
-* ``nnl-av``: NNL-Av itself, the page's mean new outlinks per interval over its window, as a
-  rate per day of the site's typical interval (a page without any interval yet takes the
-  site's rate): the rule crawlers know, and the scorer's anchor on sites where it ranks well;
+* ``nnl-av``: NNL-Av itself, the page's mean new outlinks per round of the site's typical
+  interval over its window, as a rate per day (a page without any interval yet takes the rate
+  pages showed in their first interval): the rule crawlers know, and the scorer's anchor on
+  sites where it ranks well. The intervals are counted in rounds
+  (`online.features.Window.rounds`): an interval that spans a skipped or failed fetch counts
+  two, so its links are not taken for one round's, while the jitter of a crawler's rounds
+  leaves NNL-Av's ties (equal counts over equal rounds) as they are;
 * ``nnl-pr``: the page's own rate with the latest intervals weighing most (half-life one
   interval; NNL-Pr is its limit), shrunk to the site's rate, for pages whose pace changes;
 * ``lbla``: the own rate shrunk to the related pages' rate (look back, look around): a page
@@ -71,13 +75,15 @@ RECENT_HALF_LIFE = 1.0
 class Priors:
     """What the stream has shown about the site (per side: internal, external): its rate per
     day, its rates in intervals with and without a content change, the credibility constant
-    ``k`` (4 priors x 2 sides, in intervals) and its typical interval in days."""
+    ``k`` (4 priors x 2 sides, in intervals), its typical interval in days and the rate of a
+    page's first interval (``newcomer_rate``; the site's rate where not given)."""
 
     site_rate: np.ndarray
     changed_rate: np.ndarray
     unchanged_rate: np.ndarray
     k: np.ndarray
     interval_days: float
+    newcomer_rate: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -134,8 +140,8 @@ def evidence(X: np.ndarray, columns: Mapping[str, int]) -> Evidence:
 
 def prior_rates(ev: Evidence, priors: Priors) -> np.ndarray:
     """(m, 4, 2): each prior's rate per page and side (flat, related, content, siblings)."""
-    m = len(ev.intervals)
-    flat = np.broadcast_to(priors.site_rate, (m, 2))
+    newcomer = priors.site_rate if priors.newcomer_rate is None else priors.newcomer_rate
+    flat = np.where((ev.intervals > 0)[:, None], priors.site_rate, newcomer)
     related = np.where(np.isnan(ev.related_rate), flat, ev.related_rate)
     ccr = np.nan_to_num(ev.ccr)[:, None]
     content = ccr * priors.changed_rate + (1.0 - ccr) * priors.unchanged_rate
@@ -163,7 +169,11 @@ def candidate_rates(
     base = prior_rates(ev, priors)
     n = ev.intervals[:, None]
     k = priors.k  # (3, 2)
-    out[:, 0] = np.where(n > 0, ev.own_mean / priors.interval_days, base[:, FLAT])
+    links = ev.window.counts.sum(axis=1)
+    rounds = ev.window.rounds(priors.interval_days)[:, None]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        per_round = np.where(rounds > 0, links / (rounds * priors.interval_days), 0.0)
+    out[:, 0] = np.where(n > 0, per_round, base[:, FLAT])
     out[:, 1] = _credible(ev.recent_rate, ev.recent_weight[:, None], base[:, FLAT], k[FLAT])
     out[:, 2] = _credible(ev.own_rate, n, base[:, RELATED], k[RELATED])
     out[:, 3] = np.where(

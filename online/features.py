@@ -261,6 +261,22 @@ class Window(NamedTuple):
             out = self.counts / self.days[:, :, None]
         return np.where(self.present[:, :, None] & (self.days[:, :, None] > 0), out, 0.0)
 
+    def rounds(self, round_days: float) -> np.ndarray:
+        """Each row's intervals counted in rounds of ``round_days`` (m,): an interval of about
+        one round (from half a round to one and a half) counts one, one that spans a skipped
+        or failed fetch two or more, one shorter than half a round its share of a round. A
+        crawler's rounds spread over time, and that jitter tells nothing of a page's rate; the
+        rounds an interval spans do.
+
+        >>> w = Window(np.zeros((1, 4, 2)), np.array([[6.0, 8.5, 14.2, 1.4]]), np.zeros((1, 4)),
+        ...            np.array([[True, True, True, True]]))
+        >>> w.rounds(7.0).round(3).tolist()
+        [4.2]
+        """
+        span = self.days / round_days
+        span = np.where(span < 0.5, span, np.floor(span + 0.5))
+        return np.where(self.present & (self.days > 0), span, 0.0).sum(axis=1)
+
 
 def window_columns(columns: Mapping[str, int]) -> np.ndarray:
     """Column positions of the window's lagged values: (4, H) for new internal, new

@@ -189,6 +189,8 @@ class EnsembleScorer(_MatrixScorer):
                 held_first = None
                 self._epoch(times[i], columns)
             if labels[i] is not None and previous[i] is not None:
+                if state.interval_days is None:
+                    state.interval_days = _first_round_days(state.first_seen, times[i], labels[i])
                 if not held:
                     held_first = _label_row(labels, times, i)
                 held.append(i)
@@ -242,7 +244,7 @@ class EnsembleScorer(_MatrixScorer):
         state.hedge.learn(hedge_rounds(seen.losses))
         for cred, terms in zip(state.credibility, seen.credibility, strict=True):
             cred.learn_terms(terms)
-        state.site.learn(counts, days, changed)
+        state.site.learn(counts, days, changed, first=seen.first)
         measured = state.site.typical_interval_days()
         ratio = measured / self._interval_days()
         away = not 1 / _INTERVAL_TOLERANCE <= ratio <= _INTERVAL_TOLERANCE
@@ -276,7 +278,7 @@ class EnsembleScorer(_MatrixScorer):
         chunks give the bits the whole would."""
         state = self.learned
         blender, priors = self._blender(), self._priors()
-        losses, in_use = [], []
+        losses, in_use, first = [], [], []
         totals: dict[str, list[np.ndarray]] = {}
         terms: list[list[CredibilityTerms]] = [[] for _ in state.credibility]
         start = 0
@@ -285,6 +287,7 @@ class EnsembleScorer(_MatrixScorer):
             start = at.stop
             rows = run.astype(np.float64)
             ev = evidence(rows, columns)
+            first.append(ev.intervals == 0)
             rates = self._candidate_rates(rows, columns, ev)[:, self._uses]
             losses.append(deviance(counts[at], rates, days[at]))
             options = blender.option_rates(rates, ev)
@@ -298,6 +301,7 @@ class EnsembleScorer(_MatrixScorer):
             option_totals={name: np.concatenate(parts) for name, parts in totals.items()},
             in_use=np.concatenate(in_use),
             credibility=[joined_terms(parts) for parts in terms],
+            first=np.concatenate(first) if first else np.zeros(0, bool),
         )
 
     def _measure(self, seen: _EpochSeen, counts: np.ndarray, days: np.ndarray) -> None:
@@ -350,7 +354,14 @@ class EnsembleScorer(_MatrixScorer):
         site = self.learned.site
         changed, unchanged = site.content_rates()
         k = np.stack([cred.k() for cred in self.learned.credibility], axis=1)  # (priors, 2)
-        return Priors(site.rate_per_day(), changed, unchanged, k, self._interval_days())
+        return Priors(
+            site.rate_per_day(),
+            changed,
+            unchanged,
+            k,
+            self._interval_days(),
+            newcomer_rate=site.newcomer_rate_per_day(),
+        )
 
     def _interval_days(self) -> float:
         """The site's typical interval in use (a week until the stream shows otherwise)."""
@@ -504,6 +515,17 @@ __all__ = [
 ]
 
 
+def _first_round_days(first_seen: float | None, now: float, label: Label) -> float:
+    """The site's rhythm as the first label shows it, until the labels measure it: the time
+    from the stream's first fetch to the first refetch, the length of a round where the first
+    round's fetches spread over time (the first refetched page need not be the first one
+    fetched), and at least the label's own interval. Taken at the first label's place in
+    the stream, so every row with an interval is scored in the same unit whatever the
+    batching, and the measured interval rarely moves it by more than the tolerance."""
+    since = (now - first_seen) / _DAY if first_seen is not None else 0.0
+    return max(since, float(label.interval_days), 1e-6)
+
+
 def _label_row(
     labels: Sequence[Label | None], times: np.ndarray, at: int
 ) -> tuple[float, float, float, float, float]:
@@ -528,6 +550,7 @@ class _EpochSeen:
     option_totals: dict[str, np.ndarray]  # ranking option -> (m,) its rate per day, both sides
     in_use: np.ndarray  # (m,) the option in use's rate per day, both sides
     credibility: list[CredibilityTerms]  # per side
+    first: np.ndarray  # (m,) whether the row was its page's first fetch (no interval before)
 
 
 def _credibility_terms(
