@@ -8,7 +8,7 @@ This benchmark judges the same floors on variations no default was chosen on:
   aggregator every 3 days, paper-like pages monthly);
 * where ../shared holds them, the real timeline of docs.astro.build sampled as crawls every
   day, 3 days, 2 weeks and 4 weeks (`batch.crawl_sampling`), and the 2-hourly news pages N
-  taken every 4 and 6 hours;
+  taken every 4 and 6 hours, N's spiegel.de pages alone and a seeded half of S's pages;
 * crawls as a crawler logs them (`batch.crawl_sampling.CrawlPlan`): each round's fetches
   spread over half the round, a tenth of the fetches skipped, 3% failing, a fifth of the pages
   found only in a later round; of generated news, docs and aggregator sites and, where
@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import random
 import sys
 import tempfile
 import time
@@ -124,6 +125,33 @@ class Thinned(Variant):
         return True
 
 
+@dataclass(frozen=True)
+class Subset(Variant):
+    """The pages of an events file whose URL holds ``host`` (all if empty), or a seeded
+    ``share`` of them: a smaller site of the same kind."""
+
+    events: Path
+    host: str = ""
+    share: float = 1.0
+    seed: int = 1
+
+    def write(self, path: Path) -> bool:
+        if not self.events.exists():
+            return False
+        rng = random.Random(self.seed)
+        kept: dict[str, bool] = {}
+
+        def keep(line: bytes) -> bool:
+            url = orjson.loads(line)["url"]
+            if url not in kept:
+                kept[url] = self.host in url and rng.random() < self.share
+            return kept[url]
+
+        with gzip.open(self.events, "rb") as fh:
+            write_lines(path, (line for line in fh if keep(line)))
+        return True
+
+
 def write_lines(path: Path, lines: Iterator[bytes]) -> None:
     with gzip.open(path, "wb", compresslevel=1) as fh:
         for line in lines:
@@ -145,6 +173,9 @@ def variants() -> list[Variant]:
         Sampled("S-4w", "docs.astro.build every 4 weeks (real timeline)", timeline, 28),
         Thinned("N-4h", "German news pages every 4 h (real)", news, 2),
         Thinned("N-6h", "German news pages every 6 h (real)", news, 3),
+        Subset("N-spiegel", "N's 22 spiegel.de pages (real)", news, host="spiegel.de"),
+        Subset("S-half", "a seeded half of S's pages (real)", SHARED / "S" / "crawls.jsonl.gz",
+               share=0.5, seed=2),
         GeneratedCrawler(
             "news-crawler", "news pages every 12 h, as a crawler logs them, seed 12",
             Generated("news-12h", "", "news", 600, 16, 12, 12), IRREGULAR,

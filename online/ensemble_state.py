@@ -375,9 +375,10 @@ class EnsembleState:
     #: pages scored; and the pages scored, silent and all
     lift_histograms: dict[str, np.ndarray] = field(default_factory=dict)
     scored: list[int] = field(default_factory=lambda: [0, 0])
-    #: the site's typical interval (days) the scorer works with: the measured one, taken up
-    #: only when it is more than a quarter away from the one in use (a drift must not re-rank
-    #: pages scored either side of an epoch); None: `online.learned.DEFAULT_INTERVAL_DAYS`
+    #: the site's typical interval (days) the scorer works with: set at the first label (the
+    #: time to the first refetch), then the measured one, taken up only when it is more than a
+    #: quarter away from the one in use (a drift must not re-rank pages scored either side of
+    #: an epoch); None before any label: `online.learned.DEFAULT_INTERVAL_DAYS`
     interval_days: float | None = None
     #: the ranking option in use, and from which epoch each option was chosen
     choice: str = f"{ANCHOR}+lbla"

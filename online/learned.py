@@ -76,7 +76,8 @@ ModelSource = Callable[[], Any]
 _DAY = 86_400.0
 #: rows an epoch works out at a time (`EnsembleScorer._epoch_seen`)
 EPOCH_CHUNK = 16_384
-#: The typical interval assumed until the stream shows another (a weekly crawl).
+#: The typical interval assumed before the first label (a weekly crawl); no row with an interval
+#: is scored in it (`_first_round_days`).
 DEFAULT_INTERVAL_DAYS = 7.0
 #: Labels the typical interval must be measured on before it is taken up (the first few labels
 #: of a crawl whose fetches spread over days are its shortest intervals).
@@ -364,7 +365,7 @@ class EnsembleScorer(_MatrixScorer):
         )
 
     def _interval_days(self) -> float:
-        """The site's typical interval in use (a week until the stream shows otherwise)."""
+        """The site's typical interval in use (a week until the first label)."""
         return self.learned.interval_days or DEFAULT_INTERVAL_DAYS
 
     def _online_rates(self, X: np.ndarray) -> np.ndarray | None:
