@@ -6,8 +6,8 @@ next fetch), so every figure is what a crawler could have known at that point:
 * the site's rate of new internal / external outlinks per day (the flat prior of a page
   with history);
 * the rate of a page's first interval, from the labels of fetches that were their page's
-  first (the flat prior of a page without history): on a site where the crawler keeps finding
-  new pages (articles, items) these are rarely as busy as the pages it found them on, and on a
+  first (the flat prior of a page without history): where the crawler keeps finding new pages
+  (articles, items), those need not be as busy as the pages they were found on, and on a
   crawl whose pages all start together it is the site's first-round rate;
 * the typical interval between two fetches of a page (the geometric mean of the labelled
   intervals: 2 hours for a news crawl, a week for a weekly one, and a few odd intervals do not
