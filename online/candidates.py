@@ -171,6 +171,7 @@ def candidate_rates(
     k = priors.k  # (3, 2)
     links = ev.window.counts.sum(axis=1)
     rounds = ev.window.rounds(priors.interval_days)[:, None]
+    rounds = np.where(rounds > 0, rounds, n)  # intervals without a length: one round each
     with np.errstate(divide="ignore", invalid="ignore"):
         per_round = np.where(rounds > 0, links / (rounds * priors.interval_days), 0.0)
     out[:, 0] = np.where(n > 0, per_round, base[:, FLAT])

@@ -61,6 +61,12 @@ def test_links_found_over_a_skipped_fetch_count_for_two_rounds() -> None:
     assert two_rounds == pytest.approx(one_round * 2 / 3)  # 4 links in 3 rounds, not in 2
 
 
+def test_intervals_without_a_length_count_one_round_each() -> None:
+    # Fetch times of a day's resolution for a crawl within the day: NNL-Av still ranks.
+    rates = nnl_av([[3, 1, 0, 0, 0.0, 0.0], [1, 0, 0, 0, 0.0, 0.0]], priors(1 / 12))
+    assert rates.tolist() == pytest.approx([2 * 12, 0.5 * 12])
+
+
 def test_the_rate_is_per_day_of_the_unit_it_is_given() -> None:
     weekly = nnl_av([[2, 2, 0, 0, 7.0, 7.0]], priors(7.0))
     two_hourly = nnl_av([[2, 2, 0, 0, 1 / 12, 1 / 12]], priors(1 / 12))
