@@ -42,12 +42,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
 
 from batch.timeline import Timeline
+from online.page_events import iso_utc
 
 #: The status of a fetch that failed (`CrawlPlan.failed`): the server did not answer in time.
 FAILED_STATUS = 503
@@ -115,8 +115,7 @@ def _discovery_rounds(
 def _fetch(timeline: Timeline, url: str, moment: float, crawl: int, failing: bool) -> dict:
     """The event of fetching ``url`` at ``moment``: the page's state then, or a failure."""
     if failing:
-        when = datetime.fromtimestamp(moment, UTC).isoformat().replace("+00:00", "Z")
-        return {"url": url, "fetched_at": when, "status": FAILED_STATUS,
+        return {"url": url, "fetched_at": iso_utc(moment), "status": FAILED_STATUS,
                 "outlinks": [], "crawl": crawl}  # fmt: skip
     version = timeline.state_at(url, moment)
     assert version is not None  # alive at the round's start, so it has a state
