@@ -8,6 +8,7 @@ exactly: one reader, one pipe.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import os
 import queue
@@ -16,6 +17,7 @@ import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
+from multiprocessing.reduction import ForkingPickler
 from pathlib import Path
 from typing import BinaryIO
 
@@ -97,9 +99,10 @@ def read_batches(
     # Only the reader may hold the sending end: once it is gone, even in the middle of a
     # message, the parent reads end-of-file instead of waiting for the rest forever.
     sender.close()
+    inbox = _Inbox(receiver)
     try:
         while True:
-            item = _next_item(receiver, reader)
+            item = _next_item(inbox, reader)
             if item is None:
                 break
             if isinstance(item, InputError):
@@ -111,15 +114,63 @@ def read_batches(
         if reader.is_alive():
             reader.terminate()
         reader.join()
-        receiver.close()
+        inbox.close()
 
 
-def _next_item(receiver: Connection, reader: mp.process.BaseProcess) -> object:
+#: Messages the receiving thread may hold before the pipeline takes them.
+RECEIVE_AHEAD = 2
+
+
+class _Inbox:
+    """The reader's messages, taken off the pipe by a thread of their own.
+
+    A batch (about 1.1 MB) is larger than the pipe (1 MB at most for an unprivileged
+    process), so the last of it crosses only once the reader's sending thread runs again;
+    read by the pipeline's own thread, that wait (a few milliseconds a batch, several per
+    cent of a replay) was the pipeline's. The receiving thread waits in the read without the
+    GIL while the pipeline works, and the pipeline only unpickles a message already here.
+    """
+
+    def __init__(self, receiver: Connection) -> None:
+        self._receiver = receiver
+        self._messages: queue.Queue = queue.Queue(maxsize=RECEIVE_AHEAD)
+        self._thread = threading.Thread(target=self._receive, name="events-receiver", daemon=True)
+        self._thread.start()
+
+    def _receive(self) -> None:
+        while True:
+            try:
+                message = self._receiver.recv_bytes()
+            except (EOFError, OSError):  # the reader is gone, perhaps halfway through one
+                self._messages.put(None)
+                return
+            self._messages.put(message)
+
+    def get(self) -> object:
+        """The next item; raises EOFError once the pipe has ended."""
+        message = self._messages.get()
+        if message is None:
+            self._messages.put(None)  # every later get ends too
+            raise EOFError
+        return ForkingPickler.loads(message)
+
+    def close(self) -> None:
+        """Wait for the receiving thread, then close the pipe. Called once the reader has
+        exited: its end of the pipe is then closed, so the thread's read ends."""
+        while self._thread.is_alive():
+            # a thread blocked on a full inbox must be let through to see the end
+            with contextlib.suppress(queue.Empty):
+                self._messages.get_nowait()
+            self._thread.join(timeout=0.05)
+        self._receiver.close()
+
+
+def _next_item(inbox: _Inbox, reader: mp.process.BaseProcess) -> object:
     """The reader's next item; an error if it died without a word (killed, or a crash in
     its start-up), rather than waiting for it forever."""
     try:
-        return receiver.recv()
-    except (EOFError, OSError):  # the reader is gone, perhaps halfway through a message
+        return inbox.get()
+    except EOFError:  # the reader is gone, perhaps halfway through a message
         reader.join()
         raise RuntimeError(
             f"events reader exited with code {reader.exitcode} before the file's end"

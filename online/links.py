@@ -120,6 +120,21 @@ def sibling_key(url: str) -> str:
     >>> sibling_key("https://example.com/api/v2?x=1")   # not a language: kept
     'example.com/api/v2'
     """
+    key = _SIBLING_KEYS.get(url)
+    if key is None:
+        if len(_SIBLING_KEYS) >= CACHE_SIZE:
+            _SIBLING_KEYS.clear()
+        key = _SIBLING_KEYS[url] = _sibling_key(url)
+    return key
+
+
+#: `sibling_key` by URL, emptied when full as `link_info`'s cache is: every applied event
+#: asks for its page's key, and the string work costs more than the lookup.
+_SIBLING_KEYS: dict[str, str] = {}
+
+
+def _sibling_key(url: str) -> str:
+    """`sibling_key` worked out (raises InvalidURL as `link_info` does)."""
     info = link_info(url)
     rest = info.url.partition("://")[2]
     slash = rest.find("/")

@@ -2,12 +2,14 @@ from __future__ import annotations
 
 import pytest
 
+from online import links
 from online.links import (
     InvalidURL,
     domain_depth,
     is_internal,
     link_fingerprint,
     normalize_url,
+    sibling_key,
     url_id,
     url_path_depth,
 )
@@ -90,3 +92,26 @@ def test_url_path_depth_counts_the_path_only(url: str) -> None:
 
     path = urlsplit(normalize_url(url)).path
     assert url_path_depth(url) == sum(1 for part in path.split("/") if part)
+
+
+def test_sibling_key_cache_gives_the_keys_worked_out_and_stays_bounded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`sibling_key` remembers keys by URL; what it remembers is what working the key out
+    gives, a bad URL is still refused (and not remembered), and the cache is emptied when
+    full."""
+    monkeypatch.setattr(links, "CACHE_SIZE", 3)
+    links._SIBLING_KEYS.clear()
+    urls = [
+        "https://docs.example.com/pt-br/guides/deploy/",
+        "https://docs.example.com/guides/deploy/",
+        "https://www.example.com/de/guides/deploy/?x=1",
+        "https://example.com/api/v2",
+        "https://example.com/zh-cn/",
+    ]
+    for _ in range(2):  # worked out, then (for those still held) remembered
+        assert [sibling_key(u) for u in urls] == [links._sibling_key(u) for u in urls]
+        assert len(links._SIBLING_KEYS) <= 3
+    with pytest.raises(InvalidURL):
+        sibling_key("not a url")
+    assert "not a url" not in links._SIBLING_KEYS

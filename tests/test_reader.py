@@ -66,6 +66,26 @@ def test_a_reader_that_dies_silently_is_an_error_not_a_hang(tmp_path: Path) -> N
         list(batches)
 
 
+def test_a_consumer_that_stops_early_leaves_no_reader_behind(tmp_path: Path) -> None:
+    """Batches are taken off the pipe by a thread ahead of the pipeline; a consumer that
+    stops before the file's end (an error in the pipeline, a Ctrl-C) still ends that thread
+    and the reader process, with batches still on their way."""
+    import multiprocessing as mp
+    import threading
+
+    events = list(generate_events(GeneratorConfig(pages=400, crawls=8, seed=1)))
+    path = tmp_path / "e.jsonl.gz"
+    with gzip.open(path, "wb") as fh:
+        fh.write(b"\n".join(orjson.dumps(e) for e in events) + b"\n")
+    batches = read_batches(path, batch_size=10, parallel=True)
+    first = next(batches)
+    assert len(first.fetches) == 10
+    assert any(t.name == "events-receiver" for t in threading.enumerate())
+    batches.close()
+    assert not any(t.name == "events-receiver" for t in threading.enumerate())
+    assert not [p for p in mp.active_children() if p.name == "events-reader"]
+
+
 def test_neighbours_and_stats_bytes_round_trip() -> None:
     nb = Neighbours(np.array([5, -7, 2**62], np.int64), np.array([0.5, 0.3, 0.2], np.float32), 99)
     back = Neighbours.from_bytes(nb.to_bytes())

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import subprocess
 import sys
+import weakref
 from datetime import UTC, datetime, timedelta
 
 import numpy as np
@@ -26,7 +27,7 @@ from online.scored import iso_many as _iso_many
 from online.scored import micros_many as _micros_many
 from online.scored import next_fetch_iso as _next_fetch_iso
 from online.stores import MemoryPageStore, PageWrites
-from streams.gcpolicy import frozen_survivors
+from streams.gcpolicy import REPLAY_THRESHOLDS, frozen_survivors
 
 DAY = 86_400
 T0 = 1_767_571_200  # 2026-01-05T00:00:00Z: fetch times the event contract accepts
@@ -138,13 +139,32 @@ def test_memory_store_stats_lookup_over_growing_batches() -> None:
 
 
 def test_frozen_survivors_freezes_per_batch_and_hands_back() -> None:
-    before = gc.get_freeze_count()
+    before, thresholds = gc.get_freeze_count(), gc.get_threshold()
     with frozen_survivors() as settle:
+        assert gc.get_threshold() == REPLAY_THRESHOLDS != thresholds  # a batch runs through
         kept = [[i] for i in range(1000)]
         settle()
         assert gc.get_freeze_count() >= before + 1000
     assert gc.get_freeze_count() == 0
+    assert gc.get_threshold() == thresholds
     assert len(kept) == 1000
+
+
+def test_frozen_survivors_settle_collects_a_batchs_cycles() -> None:
+    """Young collections are rare within a replay, so ``settle`` must collect the cycles a
+    batch left."""
+
+    class Node:
+        other: object = None
+
+    with frozen_survivors() as settle:
+        a, b = Node(), Node()
+        a.other, b.other = b, a
+        gone = weakref.ref(a)
+        del a, b
+        assert gone() is not None  # no collection ran in the "batch"
+        settle()
+        assert gone() is None
 
 
 def test_freeze_startup_heap_spares_later_garbage_and_raises_thresholds() -> None:
