@@ -37,6 +37,11 @@ from streams.replay import replay
 #: The paper's baselines a default scorer must not fall behind (yield), and NNL-Av (Spearman).
 BASELINES = ("nnl-av", "nnl-pr", "ccr")
 YIELD_FLOOR, AVERAGE_FLOOR = 0.98, 1.10
+#: Spearman correlations this close count as level: the same crawl's figures move by about
+#: 1e-5 between CPUs (FAISS's and BLAS's kernels round differently), and on a sparse site the
+#: default and NNL-Av can be that close (S: 0.048138 against 0.048152 on one machine, level or
+#: above on another).
+SPEARMAN_TIE = 1e-4
 #: Where the real crawls lie in a development checkout (absent for users).
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 
@@ -136,7 +141,7 @@ class SetResult:
         spearman, nav_spearman = self.default["spearman"], self.rankings["nnl-av"]["spearman"]
         return {
             "yield": (self.default["yield"] or 0.0) >= YIELD_FLOOR * best,
-            "spearman": (spearman or 0.0) >= (nav_spearman or 0.0),
+            "spearman": (spearman or 0.0) >= (nav_spearman or 0.0) - SPEARMAN_TIE,
         }
 
 
