@@ -10,7 +10,8 @@ cyclic garbage among them is not collected. Two policies, for the two kinds of p
   batch whatever is alive is frozen, and the young garbage is collected then, once a batch
   (`REPLAY_THRESHOLDS`) rather than every 700 allocations: a batch allocates some hundred
   thousand objects, nearly all freed by reference counting, and its collections re-scanned
-  the batch's own live objects over and over (about 6% of a replay's time).
+  the batch's own live objects over and over (about 3% of a replay's time: 7,709
+  collections and 1.1 s of a 30,000-page replay, 301 and 0.2 s once a batch).
 * `freeze_startup_heap`, for a live worker (which runs for weeks): only what exists once the
   worker is ready to consume (modules, models, the FAISS replica) is frozen, once.
 """
