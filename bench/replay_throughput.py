@@ -1,4 +1,4 @@
-"""Replay throughput with related pages maintained (floors: 12,000 events/s drifting, 25,000 frozen).
+"""Replay throughput with related pages kept (floors: 12,000 events/s drifting, 25,000 frozen).
 
 Generates (or reuses) a 100,000-page × 10-crawl crawl with embeddings that drift a little at
 every fetch, as real pages' do (``--embedding-drift 0`` keeps them frozen), replays it through

@@ -22,13 +22,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from itertools import chain
 from typing import NamedTuple
 
 import numpy as np
 
 from online.history import DEFAULT_HISTORY, SN_FIELDS, SP_FIELDS, PageState
-from online.kernels import own_history_values, weighted_stat_means
+from online.kernels import own_feature_rows, weighted_stat_means
 from online.links import CACHE_SIZE, LinkInfo, domain_depth, url_path_depth
 
 #: Per-page stats that related pages contribute (one float32 row per page in the stats store).
@@ -159,65 +158,10 @@ def own_features(state: PageState, page: LinkInfo, history: int = DEFAULT_HISTOR
 def own_feature_matrix(
     states: Sequence[PageState], urls: Sequence[str], history: int = DEFAULT_HISTORY
 ) -> np.ndarray:
-    """`own_features` of many pages as one (n, n_own) float64 matrix.
-
-    Column arithmetic over the batch instead of list building per page: sums run over the
-    lags in a fixed order (most recent first), so a row is the same whatever the batch.
-    """
-    n_rows, h = len(states), max(history, 0)
-    top, lags, lens = own_history_values(list(states), h)
-    known = ~np.isnan(lags[:, :, 0])
-    zeroed = np.where(known[:, :, None], lags, 0.0)
-    sums = np.zeros((n_rows, 4))
-    changes = np.zeros((n_rows, 2))
-    for j in range(h):  # sequential sums, as Python's sum() over the window
-        sums += zeroed[:, j]
-        changes += zeroed[:, j, :2] != 0
-    n = lens.astype(np.float64)
-    first_change = np.where((zeroed[:, :, 0] != 0) | (zeroed[:, :, 1] != 0), np.arange(h), h).min(
-        axis=1, initial=h
-    )
-    with np.errstate(invalid="ignore", divide="ignore"):
-        per_day = np.where(sums[:, 3:4] > 0, sums[:, :2] / sums[:, 3:4], np.nan)
-        aggregates = np.column_stack(
-            [
-                n,
-                top[:, -2],
-                top[:, -1],
-                sums[:, 0] / n,
-                sums[:, 1] / n,
-                changes[:, 0] / n,
-                changes[:, 1] / n,
-                sums[:, 2] / n,
-                sums[:, 3] / n,
-                per_day,
-                np.minimum(first_change, lens).astype(np.float64),
-            ]
-        )
-    aggregates[lens == 0, 3:] = np.nan
-    n_sp, n_sn = len(SP_FIELDS), len(SN_FIELDS)
-    depths = _float_rows(list(map(_depths, urls)), 2)
-    return np.concatenate(
-        [
-            top[:, :n_sp],
-            depths,
-            top[:, 2 * n_sp : 2 * n_sp + n_sn],
-            top[:, n_sp : 2 * n_sp],
-            lags[:, :, 0],
-            lags[:, :, 1],
-            lags[:, :, 2],
-            lags[:, :, 3],
-            aggregates,
-        ],
-        axis=1,
-    )
-
-
-def _float_rows(rows: list, width: int) -> np.ndarray:
-    """A (len(rows), width) float64 matrix of equal-length tuples: flattened in C, several
-    times faster than ``np.array`` inspecting each tuple as a sequence."""
-    values = np.fromiter(chain.from_iterable(rows), np.float64, count=len(rows) * width)
-    return values.reshape(len(rows), width)
+    """`own_features` of many pages as one (n, n_own) float64 matrix, in one compiled pass
+    (`online.kernels.own_feature_rows`): sums run over the lags in a fixed order (most recent
+    first), so a row is the same whatever the batch."""
+    return own_feature_rows(list(states), list(map(_depths, urls)), history)
 
 
 def stats_columns(history: int = DEFAULT_HISTORY) -> list[int]:

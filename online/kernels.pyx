@@ -8,7 +8,8 @@ Python objects and arrays, reads no global state and does no I/O.
 
 * `HistoryUpdate`: `online.history.update` (the page-state transition);
 * `weighted_stat_means`: related pages' weighted stat means (look-around features);
-* `own_history_values`: the numbers own features are computed from, out of page states;
+* `own_history_values` / `own_feature_rows`: the numbers own features are computed from, out
+  of page states, and the own-feature rows themselves;
 * `iso_utc_many`: epoch microseconds to ISO-8601 text;
 * `SlotRecord`: slots-class instances from positional values (the `Fetch` constructor);
 * `gather_half`: rows of a half-precision matrix as float32 (the index's stored vectors);
@@ -16,7 +17,8 @@ Python objects and arrays, reads no global state and does no I/O.
 * `top_k_rows`: each row's k largest entries, best first (the IVF centroids' ranking);
 * `encode_neighbours` / `decode_neighbours`: a related-page list (`online.stores.Neighbours`)
   as stored and read back;
-* `record_sections`: one section of each of the embedded store's page records;
+* `record_sections` / `merge_page_records`: one section of each of the embedded store's page
+  records, and records rebuilt with some sections replaced;
 * `direction_cosine`: a changed vector's cosine to the direction its related pages were
   found with;
 * `direction_codes`: that direction as int8 codes, kept when related pages are searched.
@@ -25,7 +27,7 @@ Python objects and arrays, reads no global state and does no I/O.
 cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cpython.bytearray cimport PyByteArray_AS_STRING
-from libc.math cimport INFINITY, NAN
+from libc.math cimport INFINITY, NAN, isnan
 from libc.stdint cimport int8_t, int64_t, uint8_t, uint16_t, uint32_t
 from libc.stdio cimport snprintf
 
@@ -313,10 +315,16 @@ def own_history_values(list states, Py_ssize_t history):
             raise TypeError(f"expected a PageState, got {type(state).__name__}")
         f = 0
         for part in ((<tuple> state)[10], (<tuple> state)[11], (<tuple> state)[12]):
-            for j in range(len(part)):
-                if f < 14:
-                    head[i, f] = float(part[j])
-                f += 1
+            if type(part) is tuple:  # as states are made: items read without a call each
+                for j in range(len(<tuple> part)):
+                    if f < 14:
+                        head[i, f] = <double> (<tuple> part)[j]
+                    f += 1
+            else:
+                for j in range(len(part)):
+                    if f < 14:
+                        head[i, f] = float(part[j])
+                    f += 1
         if f != 14:
             raise ValueError("a PageState with sp, sp_previous and sn of unexpected lengths")
         head[i, 14] = float((<tuple> state)[3])
@@ -327,9 +335,96 @@ def own_history_values(list states, Py_ssize_t history):
         lengths[i] = take
         for j in range(take):
             interval = window[w_len - 1 - j]
-            for f in range(4):
-                lags[i, j, f] = float(interval[f])
+            if isinstance(interval, tuple) and len(<tuple> interval) == 4:
+                for f in range(4):
+                    lags[i, j, f] = <double> (<tuple> interval)[f]
+            else:
+                for f in range(4):
+                    lags[i, j, f] = float(interval[f])
     return head_arr, lags_arr, lengths_arr
+
+
+def own_feature_rows(list states, list depths, Py_ssize_t history):
+    """`online.features.own_feature_matrix` in one pass: each page's own-feature row (float64,
+    ``28 + 4 * history`` columns) from its state and its URL's (path, domain) depths, with
+    the arithmetic of the column version it replaced: window sums run over the lags most
+    recent first, from 0.0, a lag past the window adding zeros; a mean is a sum over the
+    window's length; the aggregates after the first three are NaN for an empty window.
+
+    >>> from online.history import PageState, Interval
+    >>> window = (Interval(1, 0, False, 2.0), Interval(3, 1, True, 1.0))
+    >>> row = own_feature_rows([PageState(0.0, fetches=3, window=window)], [(1.0, 2.0)], 2)[0]
+    >>> row[5:7].tolist(), row[16:24].tolist()  # the depths; the lags, most recent first
+    ([1.0, 2.0], [3.0, 1.0, 1.0, 0.0, 1.0, 0.0, 1.0, 2.0])
+    >>> row[24:30].tolist()  # intervals, fetches, errors, mean new internal and external, ...
+    [2.0, 3.0, 0.0, 2.0, 0.5, 1.0]
+    """
+    head_arr, lags_arr, lengths_arr = own_history_values(states, history)
+    cdef Py_ssize_t n = len(states), h = max(history, 0), i, j, f, col
+    if len(depths) != n:
+        raise ValueError(f"{len(depths)} depths for {n} states")
+    cdef double[:, ::1] head = head_arr
+    cdef double[:, :, ::1] lags = lags_arr
+    cdef int64_t[::1] lengths = lengths_arr
+    out_arr = np.empty((n, 28 + 4 * h), dtype=np.float64)
+    cdef double[:, ::1] out = out_arr
+    cdef double sums[4]
+    cdef double changes[2]
+    cdef double z[4]
+    cdef double count
+    cdef Py_ssize_t first
+    for i in range(n):
+        depth = depths[i]
+        for f in range(5):  # sp
+            out[i, f] = head[i, f]
+        if type(depth) is tuple and len(<tuple> depth) == 2:
+            out[i, 5] = <double> (<tuple> depth)[0]
+            out[i, 6] = <double> (<tuple> depth)[1]
+        else:
+            out[i, 5] = float(depth[0])
+            out[i, 6] = float(depth[1])
+        for f in range(4):  # sn
+            out[i, 7 + f] = head[i, 10 + f]
+        for f in range(5):  # sp_previous
+            out[i, 11 + f] = head[i, 5 + f]
+        for f in range(4):
+            for j in range(h):
+                out[i, 16 + f * h + j] = lags[i, j, f]
+            sums[f] = 0.0
+        changes[0] = 0.0
+        changes[1] = 0.0
+        first = h
+        for j in range(h):
+            if isnan(lags[i, j, 0]):
+                z[0] = z[1] = z[2] = z[3] = 0.0
+            else:
+                for f in range(4):
+                    z[f] = lags[i, j, f]
+            for f in range(4):
+                sums[f] = sums[f] + z[f]
+            changes[0] = changes[0] + (1.0 if z[0] != 0 else 0.0)
+            changes[1] = changes[1] + (1.0 if z[1] != 0 else 0.0)
+            if first == h and (z[0] != 0 or z[1] != 0):
+                first = j
+        col = 16 + 4 * h
+        count = <double> lengths[i]
+        out[i, col] = count
+        out[i, col + 1] = head[i, 14]
+        out[i, col + 2] = head[i, 15]
+        if lengths[i] == 0:
+            for f in range(3, 12):
+                out[i, col + f] = NAN
+            continue
+        out[i, col + 3] = sums[0] / count
+        out[i, col + 4] = sums[1] / count
+        out[i, col + 5] = changes[0] / count
+        out[i, col + 6] = changes[1] / count
+        out[i, col + 7] = sums[2] / count
+        out[i, col + 8] = sums[3] / count
+        out[i, col + 9] = sums[0] / sums[3] if sums[3] > 0 else NAN
+        out[i, col + 10] = sums[1] / sums[3] if sums[3] > 0 else NAN
+        out[i, col + 11] = <double> min(first, lengths[i])
+    return out_arr
 
 
 # -- times ----------------------------------------------------------------------------------------
@@ -600,7 +695,7 @@ cdef inline float _dot(const float* a, const float* b, Py_ssize_t dim) noexcept 
 # weight codes (`online.stores.Neighbours`) are written and read here: per event, a few dozen
 # values each, where a Python or numpy loop cost several times the rest of the encoding.
 
-from libc.math cimport floor, isinf, isnan, llround, rint, signbit, sqrt
+from libc.math cimport floor, isinf, llround, rint, signbit, sqrt
 from libc.stdint cimport uint64_t
 from libc.string cimport memcpy, memset
 
@@ -1691,3 +1786,77 @@ def direction_codes(const _real[::1] vector, int levels):
     for i in range(n):
         codes[i] = <int8_t> rint(vector[i] * scale)
     return out
+
+
+def merge_page_records(dict records, dict changed):
+    """`online.stores.CompactMemoryPageStore`'s write: for each page id of ``changed``, its
+    record in ``records`` rebuilt with the sections given (a list of three: bytes, or None to
+    keep the stored section), in place. Returns how many pages gained a history state (a
+    first one, or one after none was held). Raises ValueError on a stored record shorter than
+    its head says; the records before it are then already merged (the caller's batch fails).
+
+    >>> import struct
+    >>> records = {7: struct.pack("<III", 2, 0, 3) + b"ab" + b"xyz"}
+    >>> merge_page_records(records, {7: [None, b"N", None], 8: [b"s", None, None]})
+    1
+    >>> records[7] == struct.pack("<III", 2, 1, 3) + b"abNxyz", records[8][12:]
+    (True, b's')
+    """
+    cdef Py_ssize_t lengths[3]
+    cdef const char* parts[3]
+    cdef Py_ssize_t size, at, total, j
+    cdef const uint8_t* p
+    cdef char* q
+    cdef int gained = 0
+    cdef bint had_state
+    cdef bytes out, stored
+    cdef list sections
+    for pid, new in changed.items():
+        sections = <list?> new
+        if len(sections) != _RECORD_SECTIONS:
+            raise ValueError(f"{len(sections)} sections for page {pid}, not 3")
+        old = records.get(pid)
+        if old is None:
+            size = 0
+            p = NULL
+        else:
+            stored = <bytes?> old
+            size = len(stored)
+            p = <const uint8_t*> PyBytes_AS_STRING(stored)
+            if size < _RECORD_HEAD_SIZE:
+                raise ValueError("truncated page record")
+        at = _RECORD_HEAD_SIZE
+        total = _RECORD_HEAD_SIZE
+        had_state = 0
+        for j in range(_RECORD_SECTIONS):
+            section = sections[j]
+            if p != NULL:
+                lengths[j] = load_u32le(p + 4 * j)
+                if at + lengths[j] > size:
+                    raise ValueError("truncated page record")
+                parts[j] = <const char*> p + at
+                at += lengths[j]
+                if j == 0:
+                    had_state = lengths[0] > 0
+            else:
+                lengths[j] = 0
+                parts[j] = NULL
+            if section is not None:
+                lengths[j] = len(<bytes?> section)
+                parts[j] = PyBytes_AS_STRING(section)
+            total += lengths[j]
+        if lengths[0] > 0 and not had_state:
+            gained += 1
+        out = PyBytes_FromStringAndSize(NULL, total)
+        q = PyBytes_AS_STRING(out)
+        at = _RECORD_HEAD_SIZE
+        for j in range(_RECORD_SECTIONS):
+            q[4 * j] = <char> (lengths[j] & 0xFF)
+            q[4 * j + 1] = <char> ((lengths[j] >> 8) & 0xFF)
+            q[4 * j + 2] = <char> ((lengths[j] >> 16) & 0xFF)
+            q[4 * j + 3] = <char> ((lengths[j] >> 24) & 0xFF)
+            if lengths[j]:
+                memcpy(q + at, parts[j], lengths[j])
+            at += lengths[j]
+        records[pid] = out
+    return gained

@@ -22,7 +22,13 @@ from online.history import PageState
 from online.history import from_bytes as state_from_bytes
 from online.history import to_bytes as state_to_bytes
 from online.id_rows import IdRows
-from online.kernels import SlotRecord, decode_neighbours, encode_neighbours, record_sections
+from online.kernels import (
+    SlotRecord,
+    decode_neighbours,
+    encode_neighbours,
+    merge_page_records,
+    record_sections,
+)
 from online.kernels import direction_codes as _direction_codes_kernel
 from online.links import sibling_key_id, url_id
 from online.related_updates import GroupGain, SiblingFollow, SiblingGroup
@@ -524,9 +530,9 @@ def rows_from_records(blobs: Sequence[bytes | None]) -> list[np.ndarray | None]:
     return out
 
 
-#: A `CompactMemoryPageStore` record's head: the lengths of its three sections (history
-#: state, related pages, feature row), 0 for one it does not hold; the sections follow.
-_RECORD_HEAD = struct.Struct("<III")
+#: A `CompactMemoryPageStore` record: a head of three little-endian uint32 lengths of its
+#: sections (history state, related pages, feature row), 0 for one it does not hold, then the
+#: sections (`online.kernels.record_sections` reads one, `merge_page_records` replaces some).
 _STATE, _RELATED, _ROW = 0, 1, 2
 
 
@@ -556,16 +562,6 @@ class CompactMemoryPageStore(MemoryPageStore):
         """Section ``which`` of each page's record (None: no record, or none held)."""
         get = self._records.get
         return record_sections([get(pid) for pid in page_ids], which)
-
-    def _sections(self, page_id: int) -> list[bytes]:
-        record = self._records.get(page_id)
-        if record is None:
-            return [b"", b"", b""]
-        out, at = [], _RECORD_HEAD.size
-        for length in _RECORD_HEAD.unpack_from(record):
-            out.append(record[at : at + length])
-            at += length
-        return out
 
     def get_states(self, urls: Sequence[str]) -> list[PageState | None]:
         blobs = self._section_of(map(url_id, urls), _STATE)
@@ -601,11 +597,7 @@ class CompactMemoryPageStore(MemoryPageStore):
             changed.setdefault(pid, [None, None, None])[_RELATED] = neighbours.to_bytes()
         for pid, blob in row_records(writes.rows).items():
             changed.setdefault(pid, [None, None, None])[_ROW] = blob
-        for pid, new in changed.items():
-            old = self._sections(pid)
-            parts = [o if n is None else n for n, o in zip(new, old, strict=True)]
-            self._pages += bool(parts[_STATE]) and not old[_STATE]
-            self._records[pid] = _RECORD_HEAD.pack(*map(len, parts)) + b"".join(parts)
+        self._pages += merge_page_records(self._records, changed)
         if writes.siblings:
             self._add_members(writes.siblings)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import doctest
 import math
+import struct
 from dataclasses import dataclass, fields
 
 import numpy as np
@@ -303,3 +304,109 @@ def test_direction_codes_are_numpys_rounding_of_the_scaled_vector(vector, levels
 def test_direction_codes_refuse_levels_past_a_byte() -> None:
     with pytest.raises(ValueError, match="levels must be within"):
         kernels.direction_codes(np.ones(3), 128)
+
+
+# -- the embedded store's page records -----------------------------------------------------------
+
+
+def reference_merge(old: bytes | None, new: list[bytes | None]) -> tuple[bytes, bool]:
+    """A record rebuilt as the Python store did: each section given replaces the stored one."""
+    stored = [b"", b"", b""]
+    if old is not None:
+        at = 12
+        for j, length in enumerate(struct.unpack_from("<III", old)):
+            stored[j] = old[at : at + length]
+            at += length
+    parts = [s if n is None else n for n, s in zip(new, stored, strict=True)]
+    record = struct.pack("<III", *map(len, parts)) + b"".join(parts)
+    return record, bool(parts[0]) and not stored[0]
+
+
+section = st.one_of(st.none(), st.binary(max_size=40))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.dictionaries(st.integers(0, 20), st.lists(st.binary(max_size=30), min_size=3, max_size=3)),
+    st.dictionaries(st.integers(0, 30), st.lists(section, min_size=3, max_size=3)),
+)
+def test_merge_page_records_replaces_the_sections_given(stored: dict, changed: dict) -> None:
+    records = {pid: struct.pack("<III", *map(len, s)) + b"".join(s) for pid, s in stored.items()}
+    expected, gained = dict(records), 0
+    for pid, new in changed.items():
+        expected[pid], first = reference_merge(records.get(pid), new)
+        gained += first
+    assert kernels.merge_page_records(records, changed) == gained
+    assert records == expected
+    for which in range(3):  # and what the reader reads back is each section as written
+        read = kernels.record_sections([records[pid] for pid in changed], which)
+        for pid, blob in zip(changed, read, strict=True):
+            want = changed[pid][which]
+            if want is None:
+                want = stored.get(pid, [b"", b"", b""])[which]
+            assert blob == (want or None)
+
+
+def test_merge_page_records_refuses_a_truncated_record() -> None:
+    records = {1: struct.pack("<III", 5, 0, 0) + b"abc"}
+    with pytest.raises(ValueError, match="truncated page record"):
+        kernels.merge_page_records(records, {1: [None, b"x", None]})
+    with pytest.raises(ValueError, match="truncated page record"):
+        kernels.merge_page_records({2: b"\x01"}, {2: [b"s", None, None]})
+
+
+def reference_own_rows(page_states: list[PageState], depths: list, history: int) -> np.ndarray:
+    """Own-feature rows as the column arithmetic computed them before the kernel: numpy over
+    the batch, sums over the lags most recent first."""
+    n_rows, h = len(page_states), max(history, 0)
+    top, lags, lens = kernels.own_history_values(page_states, h)
+    known = ~np.isnan(lags[:, :, 0])
+    zeroed = np.where(known[:, :, None], lags, 0.0)
+    sums, changes = np.zeros((n_rows, 4)), np.zeros((n_rows, 2))
+    for j in range(h):
+        sums += zeroed[:, j]
+        changes += zeroed[:, j, :2] != 0
+    n = lens.astype(np.float64)
+    changed = (zeroed[:, :, 0] != 0) | (zeroed[:, :, 1] != 0)
+    first_change = np.where(changed, np.arange(h), h).min(axis=1, initial=h)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        per_day = np.where(sums[:, 3:4] > 0, sums[:, :2] / sums[:, 3:4], np.nan)
+        means = [sums[:, 0] / n, sums[:, 1] / n, changes[:, 0] / n, changes[:, 1] / n]
+        means += [sums[:, 2] / n, sums[:, 3] / n]
+        first = np.minimum(first_change, lens).astype(np.float64)
+        aggregates = np.column_stack([n, top[:, -2], top[:, -1], *means, per_day, first])
+    aggregates[lens == 0, 3:] = np.nan
+    depth = np.array(depths, dtype=np.float64).reshape(n_rows, 2)
+    parts = [top[:, :5], depth, top[:, 10:14], top[:, 5:10]]
+    return np.concatenate([*parts, *(lags[:, :, f] for f in range(4)), aggregates], axis=1)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(states, max_size=6),
+    st.integers(0, 9),
+    st.data(),
+)
+def test_own_feature_rows_are_the_column_arithmetic_bit_for_bit(
+    page_states: list[PageState], history: int, data
+) -> None:
+    depth = st.tuples(st.floats(0, 20), st.floats(0, 5))
+    depths = data.draw(st.lists(depth, min_size=len(page_states), max_size=len(page_states)))
+    rows = kernels.own_feature_rows(page_states, depths, history)
+    expected = reference_own_rows(page_states, depths, history)
+    assert rows.shape == expected.shape == (len(page_states), 28 + 4 * history)
+    assert rows.tobytes() == expected.tobytes() or np.array_equal(rows, expected, equal_nan=True)
+
+
+def test_own_feature_rows_refuse_depths_that_do_not_match() -> None:
+    with pytest.raises(ValueError, match="1 depths for 2 states"):
+        kernels.own_feature_rows([PageState(0.0), PageState(1.0)], [(1.0, 1.0)], 3)
+
+
+def test_merge_page_records_refuses_sections_of_another_shape() -> None:
+    with pytest.raises(ValueError, match="2 sections for page 1, not 3"):
+        kernels.merge_page_records({}, {1: [b"s", None]})
+    with pytest.raises(TypeError):
+        kernels.merge_page_records({}, {1: (b"s", None, None)})
+    with pytest.raises(TypeError):
+        kernels.merge_page_records({}, {1: ["s", None, None]})
