@@ -54,7 +54,7 @@ from typing import Any
 
 import orjson
 
-from online.events import EventError, FetchedPage, parse_event
+from online.events import EventError, FetchedPage, iso_utc, parse_event
 from online.links import InvalidURL, is_internal, link_info
 
 DAY = 86_400.0
@@ -106,13 +106,13 @@ class Version:
         """The fetched-page event (JSON-ready dict) a fetch of this state at ``fetched_at``
         returns."""
         out = self.page.model_dump(mode="json", exclude_none=True, exclude={"fetched_at"})
-        out["fetched_at"] = _iso(fetched_at)
+        out["fetched_at"] = iso_utc(fetched_at)
         return out
 
     def record(self) -> dict[str, Any]:
         """The timeline record of this version (JSON-ready dict)."""
         out = self.page.model_dump(mode="json", exclude_none=True, exclude={"fetched_at", "crawl"})
-        return {"url": out.pop("url"), "at": _iso(self.at), **out}
+        return {"url": out.pop("url"), "at": iso_utc(self.at), **out}
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,7 +170,7 @@ class Timeline:
     def __repr__(self) -> str:
         return (
             f"Timeline({len(self._versions)} pages, {self.version_count} versions, "
-            f"{_iso(self.start)} .. {_iso(self.end)})"
+            f"{iso_utc(self.start)} .. {iso_utc(self.end)})"
         )
 
     # -- reading -----------------------------------------------------------------------------
@@ -417,7 +417,3 @@ def _first_round(fetches: list[FetchedPage]) -> list[int]:
             return order[:k]
         seen.add(fetches[i].url)
     return order
-
-
-def _iso(t: float) -> str:
-    return datetime.fromtimestamp(t, UTC).isoformat().replace("+00:00", "Z")

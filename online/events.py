@@ -202,7 +202,7 @@ class FetchedPage(BaseModel):
         except (OverflowError, ValueError):  # e.g. 0001-01-01T00:00:00+01:00 is year 0 in UTC
             limits = _limits(info)
             if value.year < 2000:
-                earliest = _iso(limits.earliest)
+                earliest = iso_utc(limits.earliest)
                 why = f"{value.isoformat()} is before the earliest accepted {earliest}"
                 raise ValueError(why) from None
             raise ValueError(_future(value.isoformat(), limits)) from None
@@ -293,10 +293,12 @@ def _limits(info: ValidationInfo) -> EventLimits:
 def _check_time(stamp: float, limits: EventLimits) -> None:
     """Raise ValueError unless ``stamp`` lies in the accepted window of fetch times."""
     if stamp < limits.earliest:
-        raise ValueError(f"{_iso(stamp)} is before the earliest accepted {_iso(limits.earliest)}")
+        raise ValueError(
+            f"{iso_utc(stamp)} is before the earliest accepted {iso_utc(limits.earliest)}"
+        )
     latest = limits.latest()
     if stamp > latest:
-        raise ValueError(_future(_iso(stamp), limits))
+        raise ValueError(_future(iso_utc(stamp), limits))
 
 
 def _future(when: str, limits: EventLimits) -> str:
@@ -306,7 +308,9 @@ def _future(when: str, limits: EventLimits) -> str:
     )
 
 
-def _iso(stamp: float) -> str:
+def iso_utc(stamp: float) -> str:
+    """An epoch time as ISO-8601 UTC text ending in ``Z`` (microseconds where it has them);
+    a time no calendar date can hold as seconds from the epoch, for messages."""
     try:
         return datetime.fromtimestamp(stamp, UTC).isoformat().replace("+00:00", "Z")
     except (OverflowError, ValueError, OSError):

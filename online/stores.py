@@ -12,6 +12,7 @@ import functools
 import struct
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, fields, replace
+from itertools import accumulate, chain
 from typing import Protocol
 
 import numpy as np
@@ -385,6 +386,24 @@ def sibling_group(urls: Sequence[str], gain: GroupGain | None) -> SiblingGroup:
     return SiblingGroup(tuple(urls), ids, gain)
 
 
+def sibling_groups(
+    members: Sequence[Sequence[str]], gains: Sequence[GroupGain | None]
+) -> list[SiblingGroup]:
+    """`sibling_group` of many groups: their page ids derived in one pass, each group's a
+    view of them (a batch asks for a group per applied page, most of them of one page)."""
+    sizes = [len(urls) for urls in members]
+    ids = np.fromiter(map(url_id, chain.from_iterable(members)), np.int64, sum(sizes))
+    ends = list(accumulate(sizes))
+    return [
+        _new_group((tuple(urls), ids[end - size : end], gain))
+        for urls, size, end, gain in zip(members, sizes, ends, gains, strict=True)
+    ]
+
+
+#: a `SiblingGroup` from its three values, without the named tuple's Python ``__new__``
+_new_group = functools.partial(tuple.__new__, SiblingGroup)
+
+
 class PageStore(Protocol):
     def get_states(self, urls: Sequence[str]) -> list[PageState | None]: ...
 
@@ -454,7 +473,8 @@ class MemoryPageStore:
         return self.learner
 
     def get_siblings(self, keys: Sequence[str]) -> list[SiblingGroup]:
-        return [sibling_group(self.siblings.get(key, ()), self.gains.get(key)) for key in keys]
+        members = [self.siblings.get(key, ()) for key in keys]
+        return sibling_groups(members, [self.gains.get(key) for key in keys])
 
     def get_follow(self) -> SiblingFollow | None:
         return self.follow
@@ -577,10 +597,11 @@ class CompactMemoryPageStore(MemoryPageStore):
     def get_siblings(self, keys: Sequence[str]) -> list[SiblingGroup]:
         ids = np.fromiter(map(sibling_key_id, keys), np.int64, len(keys))
         alone = self._alone.contains(ids)
-        return [
-            sibling_group(self._members(key, kid, home), self.gains.get(key))
+        members = [
+            self._members(key, kid, home)
             for key, kid, home in zip(keys, ids.tolist(), alone.tolist(), strict=True)
         ]
+        return sibling_groups(members, [self.gains.get(key) for key in keys])
 
     def _members(self, key: str, key_id: int, alone: bool) -> Sequence[str]:
         if alone:

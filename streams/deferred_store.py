@@ -15,7 +15,7 @@ from online.ensemble_state import EnsembleState, StoredState
 from online.history import PageState
 from online.related_updates import SiblingFollow, SiblingGroup
 from online.schedule import Allocation
-from online.stores import Neighbours, PageWrites, merge_records, sibling_group
+from online.stores import Neighbours, PageWrites, merge_records, sibling_groups
 from streams.redis_store import RedisPageStore, learner_parts
 
 
@@ -85,7 +85,7 @@ class DeferredStore:
         layers = [layer for layer in reversed(self._layers()) if layer.siblings or layer.gains]
         if not layers:
             return got
-        out = []
+        lists, gains = [], []
         for key, group in zip(keys, got, strict=True):
             urls, gain = list(group.urls), group.gain
             for layer in layers:  # oldest first; a layer written meanwhile may be in both
@@ -93,8 +93,9 @@ class DeferredStore:
                 newer = layer.gains.get(key)
                 if newer is not None and (gain is None or newer.at > gain.at):
                     gain = newer
-            out.append(sibling_group(urls, gain))
-        return out
+            lists.append(urls)
+            gains.append(gain)
+        return sibling_groups(lists, gains)
 
     def get_follow(self) -> SiblingFollow | None:
         for layer in self._layers():

@@ -30,6 +30,7 @@ from batch.evaluate import Prediction, evaluate_arrays, load_rows, ranking_predi
 from batch.generate import GeneratorConfig, write_events
 from batch.rundir import SUMMARY_FILE
 from online.candidates import CANDIDATES
+from online.errors import InputError
 from online.scorers import DEFAULT_SCORER
 from streams.feature_table import candidate_column
 from streams.replay import replay
@@ -146,7 +147,8 @@ class SetResult:
 
 
 def judge(run_dir: Path, name: str = "", about: str = "", first_round: int = 2) -> SetResult:
-    """Every ranking of a replayed run, per round from ``first_round``, target: new outlinks."""
+    """Every ranking of a replayed run, per round from ``first_round``, target: new outlinks.
+    Raises `InputError` for a run without such a round to judge by."""
     rows = load_rows(run_dir)
     truth = targets(rows)["nnl_total"]
     labelled = ~np.isnan(truth)
@@ -168,7 +170,14 @@ def judge(run_dir: Path, name: str = "", about: str = "", first_round: int = 2) 
         subset = {k: p.take(at) for k, p in preds.items()}
         records += evaluate_arrays({"nnl_total": truth[at]}, subset, oracle=False)
     table = pd.DataFrame.from_records(records)
-    table = table[~table["no_new_links"].astype(bool)]
+    if not table.empty:
+        table = table[~table["no_new_links"].astype(bool)]
+    if table.empty:
+        raise InputError(
+            f"{run_dir}: no round from {first_round} on has a labelled page with new outlinks "
+            "to judge the rankings by: replay a crawl of more rounds (a round's fetches are "
+            "labelled by the next round's), or one whose pages gain links"
+        )
     rankings = {
         str(name): {
             "yield": _mean(group["yield_relative_10"]),

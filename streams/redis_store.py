@@ -132,7 +132,7 @@ from online.stores import (
     pack_float_rows,
     row_records,
     rows_from_records,
-    sibling_group,
+    sibling_groups,
     unpack_float_rows,
 )
 from streams.redis_scripts import (
@@ -394,13 +394,13 @@ class RedisPageStore:
         homes = [group_home(key) for key in keys]
         members = self._read_pages(homes, GROUP)
         gains = self._get_many([(self._tag_of(key), self.gain_key(key)) for key in keys])
-        out = []
+        lists, gains_ = [], []
         for key, home, group, gain in zip(keys, homes, members, gains, strict=True):
             self._refuse(group, home)
             urls = [decode_member(m, key) for m in (group or b"").decode().split("\n") if m]
-            gain_ = GroupGain.from_bytes(gain) if gain else None
-            out.append(sibling_group(list(dict.fromkeys(urls)), gain_))
-        return out
+            lists.append(list(dict.fromkeys(urls)))
+            gains_.append(GroupGain.from_bytes(gain) if gain else None)
+        return sibling_groups(lists, gains_)
 
     def _get(self, key: str) -> bytes | None:
         return self._guard(lambda: self.client.get(key))  # type: ignore[no-any-return]

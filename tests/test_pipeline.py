@@ -14,6 +14,7 @@ from online.features import N_STATS
 from online.fetch import prepare
 from online.history import PageState, from_bytes, states_equal, to_bytes
 from online.index import FaissIndex
+from online.links import url_id
 from online.pipeline import PagePipeline, PipelineConfig
 from online.related_updates import GroupGain, SiblingFollow, SiblingGroup
 from online.scorers import get_scorer
@@ -26,6 +27,7 @@ from online.stores import (
     row_from_bytes,
     row_to_bytes,
     sibling_group,
+    sibling_groups,
     stats_from_bytes,
     stats_to_bytes,
     to_byte_grid,
@@ -388,6 +390,26 @@ def test_the_compact_memory_store_keeps_the_records_in_less_memory(events) -> No
     # small pages here (few intervals, 5 related pages); at 30,000 generated pages x 3 crawls
     # the records took 2.8 kB a page as objects, 1.1 kB as bytes
     assert held["CompactMemoryPageStore"] < 0.8 * held["MemoryPageStore"], held
+
+
+def test_sibling_groups_are_each_groups_sibling_group() -> None:
+    """Many groups at once (their ids derived in one pass) are what each alone gives: the
+    members' page ids in order, the gain passed through, an empty group with no ids."""
+    gain = GroupGain(at=5.0, internal=1, external=0, page_id=7, previous_at=1.0)
+    members = [
+        ("https://a.org/x",),
+        (),
+        ("https://c.org/z", "https://c.org/z?lang=de"),
+        ["https://d.org/"],
+    ]
+    gains = [None, None, gain, None]
+    many = sibling_groups(members, gains)
+    for got, urls, g in zip(many, members, gains, strict=True):
+        alone = sibling_group(urls, g)
+        assert got.urls == alone.urls == tuple(urls) and got.gain is g
+        assert got.ids.dtype == np.int64 and got.ids.tolist() == alone.ids.tolist()
+        assert got.ids.tolist() == [url_id(u) for u in urls]
+    assert sibling_groups([], []) == []
 
 
 def test_the_compact_memory_store_gives_back_sibling_groups_as_written() -> None:

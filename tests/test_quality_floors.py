@@ -16,6 +16,7 @@ from __future__ import annotations
 import pytest
 
 from batch.generate import GeneratorConfig, write_events
+from online.errors import InputError
 from online.scorers import DEFAULT_SCORER
 from streams.quality import (
     AVERAGE_FLOOR,
@@ -23,9 +24,11 @@ from streams.quality import (
     YIELD_FLOOR,
     Matrix,
     generated,
+    judge,
     real,
     run_matrix,
 )
+from streams.replay import replay
 from streams.scorer_choice import compare_scorers
 
 
@@ -76,3 +79,11 @@ def test_the_default_scorers_p_new_classifies_better_than_nnl_pr(held_out) -> No
 def test_online_scorer_reaches_95_percent_of_the_batch_scorer(held_out) -> None:
     table, _ = held_out
     assert table.loc["online", "yield@10%"] >= 0.95 * table.loc["batch", "yield@10%"]
+
+
+def test_a_run_without_a_round_to_judge_by_is_told_so(tmp_path) -> None:
+    events = tmp_path / "crawl.jsonl.gz"
+    write_events(events, GeneratorConfig(pages=40, crawls=2, seed=1))
+    replay(events, tmp_path / "run", progress=False)
+    with pytest.raises(InputError, match="no round from 2 on has a labelled page"):
+        judge(tmp_path / "run")
