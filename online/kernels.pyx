@@ -1851,10 +1851,7 @@ def merge_page_records(dict records, dict changed):
         q = PyBytes_AS_STRING(out)
         at = _RECORD_HEAD_SIZE
         for j in range(_RECORD_SECTIONS):
-            q[4 * j] = <char> (lengths[j] & 0xFF)
-            q[4 * j + 1] = <char> ((lengths[j] >> 8) & 0xFF)
-            q[4 * j + 2] = <char> ((lengths[j] >> 16) & 0xFF)
-            q[4 * j + 3] = <char> ((lengths[j] >> 24) & 0xFF)
+            store_u32le(<uint32_t*> (q + 4 * j), <uint32_t> lengths[j])
             if lengths[j]:
                 memcpy(q + at, parts[j], lengths[j])
             at += lengths[j]

@@ -382,8 +382,7 @@ def merge_records(target: PageWrites | MemoryPageStore, writes: PageWrites) -> N
 
 def sibling_group(urls: Sequence[str], gain: GroupGain | None) -> SiblingGroup:
     """A group from its members' URLs (their page ids derived) and its latest gain."""
-    ids = np.fromiter((url_id(u) for u in urls), dtype=np.int64, count=len(urls))
-    return SiblingGroup(tuple(urls), ids, gain)
+    return sibling_groups([urls], [gain])[0]
 
 
 def sibling_groups(
