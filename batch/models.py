@@ -38,6 +38,7 @@ from __future__ import annotations
 import functools
 import platform
 from dataclasses import dataclass
+from importlib import metadata
 from typing import Any
 
 import numpy as np
@@ -89,15 +90,16 @@ def _openmp(rows: int, n_jobs: int):  # type: ignore[no-untyped-def]
 
 
 def library_versions() -> dict[str, str]:
-    """Versions that a pickled model depends on (and python, for the record)."""
-    import ngboost
-
+    """Versions that a pickled model depends on (and python, for the record). NGBoost's is
+    read from its installed metadata, not by importing it: the import (SymPy's with it)
+    takes about a second of CPU under the GIL, and every model fitted as the stream goes on
+    (`batch.refresh`, an ExtraTrees) would pay it in its thread, stalling the pipeline."""
     return {
         "python": platform.python_version(),
         "numpy": np.__version__,
         "scipy": scipy.__version__,
         "sklearn": sklearn.__version__,
-        "ngboost": ngboost.__version__,
+        "ngboost": metadata.version("ngboost"),
         "pandas": pd.__version__,
     }
 

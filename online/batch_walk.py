@@ -108,6 +108,7 @@ def walk_history(
         walk.own_states.append(new_state)
         states[event.url] = new_state
         writes.states[event.url] = new_state
+        writes.page_ids[event.url] = p.page_id
         r = Processed(event, p.page_id, emitted, names=names)
         if learns:
             _label(walk, r, stored_rows, last_position)

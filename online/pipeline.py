@@ -331,9 +331,10 @@ class PagePipeline:
     ) -> tuple[dict[str, PageState | None], dict[str, int], dict[int, Neighbours | None]]:
         """The batch's pages as stored before it: history states by URL, page ids by URL and
         related-page lists by page id (one read each)."""
-        urls = list(dict.fromkeys(e.url for e in events))
-        states = dict(zip(urls, self.store.get_states(urls), strict=True))
         page_ids = {e.url: e.page_id for e in events}
+        urls = list(page_ids)  # distinct, in stream order
+        got = self.store.get_states(urls, list(page_ids.values()))
+        states = dict(zip(urls, got, strict=True))
         pids = list(page_ids.values())
         stored_nbrs = dict(zip(pids, self.store.get_neighbours(pids), strict=True))
         return states, page_ids, resolve_short_ids(stored_nbrs, self.index)

@@ -360,6 +360,25 @@ class PageWrites:
     follow: SiblingFollow | None = None
     #: the budget schedule's state after the batch (`online.schedule`), None when unchanged
     allocation: Allocation | None = None
+    #: the page id of URLs of ``states``, where the batch knows it (the fetch brought it): a
+    #: store keyed by page id need not derive it from the URL again (`state_page_ids`)
+    page_ids: dict[str, int] = field(default_factory=dict)
+
+
+def state_page_ids(writes: PageWrites) -> list[int]:
+    """The page id of each URL of ``writes.states``, in its order: as the batch gave it, else
+    derived from the URL."""
+    known = writes.page_ids
+    return [pid if (pid := known.get(url)) is not None else url_id(url) for url in writes.states]
+
+
+def page_ids_of(urls: Sequence[str], page_ids: Sequence[int] | None) -> Sequence[int]:
+    """``page_ids`` when the caller gave them (one per URL), else derived from the URLs."""
+    if page_ids is None:
+        return list(map(url_id, urls))
+    if len(page_ids) != len(urls):
+        raise ValueError(f"{len(page_ids)} page ids given for {len(urls)} URLs")
+    return page_ids
 
 
 def merge_records(target: PageWrites | MemoryPageStore, writes: PageWrites) -> None:
@@ -367,6 +386,8 @@ def merge_records(target: PageWrites | MemoryPageStore, writes: PageWrites) -> N
     group gains) and its learner, sibling-follow state and allocation where the batch changed
     them; stats rows are each holder's own to keep."""
     target.states.update(writes.states)
+    if isinstance(target, PageWrites):  # a store keyed by URL has no use for them
+        target.page_ids.update(writes.page_ids)
     target.neighbours.update(writes.neighbours)
     target.rows.update(writes.rows)
     for key, urls in writes.siblings.items():
@@ -386,12 +407,21 @@ def sibling_group(urls: Sequence[str], gain: GroupGain | None) -> SiblingGroup:
 
 
 def sibling_groups(
-    members: Sequence[Sequence[str]], gains: Sequence[GroupGain | None]
+    members: Sequence[Sequence[str]],
+    gains: Sequence[GroupGain | None],
+    page_ids: np.ndarray | None = None,
 ) -> list[SiblingGroup]:
     """`sibling_group` of many groups: their page ids derived in one pass, each group's a
-    view of them (a batch asks for a group per applied page, most of them of one page)."""
+    view of them (a batch asks for a group per applied page, most of them of one page).
+    ``page_ids``: every member's page id, the groups' one after another, where the caller
+    keeps them (none derived then)."""
     sizes = [len(urls) for urls in members]
-    ids = np.fromiter(map(url_id, chain.from_iterable(members)), np.int64, sum(sizes))
+    if page_ids is None:
+        ids = np.fromiter(map(url_id, chain.from_iterable(members)), np.int64, sum(sizes))
+    elif len(page_ids) != sum(sizes):
+        raise ValueError(f"{len(page_ids)} page ids given for {sum(sizes)} group members")
+    else:
+        ids = np.asarray(page_ids, dtype=np.int64)
     ends = list(accumulate(sizes))
     return [
         _new_group((tuple(urls), ids[end - size : end], gain))
@@ -404,7 +434,12 @@ _new_group = functools.partial(tuple.__new__, SiblingGroup)
 
 
 class PageStore(Protocol):
-    def get_states(self, urls: Sequence[str]) -> list[PageState | None]: ...
+    def get_states(
+        self, urls: Sequence[str], page_ids: Sequence[int] | None = None
+    ) -> list[PageState | None]:
+        """The pages' history states (None: never applied). ``page_ids``: their page ids, one
+        per URL, where the caller has them (a store keyed by id then derives none)."""
+        ...
 
     def get_neighbours(self, page_ids: Sequence[int]) -> list[Neighbours | None]: ...
 
@@ -453,7 +488,9 @@ class MemoryPageStore:
         # instead of 20k dict lookups, and no dict entry a page
         self._stats_rows = IdRows()
 
-    def get_states(self, urls: Sequence[str]) -> list[PageState | None]:
+    def get_states(
+        self, urls: Sequence[str], page_ids: Sequence[int] | None = None
+    ) -> list[PageState | None]:
         return [self.states.get(url) for url in urls]
 
     def get_neighbours(self, page_ids: Sequence[int]) -> list[Neighbours | None]:
@@ -564,8 +601,8 @@ class CompactMemoryPageStore(MemoryPageStore):
     a page, and a replay of a million pages keeps them all; three dicts of bytes (one keyed
     by URL) still took ~0.5 kB a page in keys, entries and object heads on top of the bytes.
     Sibling groups are kept by their key's id (`sibling_key_id`); a group of one page, its
-    home page (``https://`` + its key: most groups), as that id alone in a sorted array, 16 B
-    where a dict entry keyed by the key took about 170.
+    home page (``https://`` + its key: most groups), as that id and the page's id in sorted
+    arrays, 16 B where a dict entry keyed by the key took about 170.
     Every encoding reads back exactly what was written, so the scores are those of
     `MemoryPageStore` (and of the Redis store).
     """
@@ -582,8 +619,10 @@ class CompactMemoryPageStore(MemoryPageStore):
         get = self._records.get
         return record_sections([get(pid) for pid in page_ids], which)
 
-    def get_states(self, urls: Sequence[str]) -> list[PageState | None]:
-        blobs = self._section_of(map(url_id, urls), _STATE)
+    def get_states(
+        self, urls: Sequence[str], page_ids: Sequence[int] | None = None
+    ) -> list[PageState | None]:
+        blobs = self._section_of(page_ids_of(urls, page_ids), _STATE)
         return [None if b is None else state_from_bytes(b) for b in blobs]
 
     def get_neighbours(self, page_ids: Sequence[int]) -> list[Neighbours | None]:
@@ -595,12 +634,20 @@ class CompactMemoryPageStore(MemoryPageStore):
 
     def get_siblings(self, keys: Sequence[str]) -> list[SiblingGroup]:
         ids = np.fromiter(map(sibling_key_id, keys), np.int64, len(keys))
-        alone = self._alone.contains(ids)
-        members = [
-            self._members(key, kid, home)
-            for key, kid, home in zip(keys, ids.tolist(), alone.tolist(), strict=True)
-        ]
-        return sibling_groups(members, [self.gains.get(key) for key in keys])
+        home_ids, alone = self._alone.find(ids)
+        members: list[Sequence[str]] = []
+        page_ids: list[int] = []
+        for key, kid, home, home_id in zip(
+            keys, ids.tolist(), alone.tolist(), home_ids.tolist(), strict=True
+        ):
+            group = self._members(key, kid, home)
+            members.append(group)
+            if home:  # its home page, whose id it keeps
+                page_ids.append(home_id)
+            else:
+                page_ids.extend(map(url_id, group))
+        gains = [self.gains.get(key) for key in keys]
+        return sibling_groups(members, gains, np.array(page_ids, dtype=np.int64))
 
     def _members(self, key: str, key_id: int, alone: bool) -> Sequence[str]:
         if alone:
@@ -611,28 +658,32 @@ class CompactMemoryPageStore(MemoryPageStore):
     def write(self, writes: PageWrites) -> None:
         super().write(replace(writes, states={}, neighbours={}, rows={}, siblings={}))
         changed: dict[int, list[bytes | None]] = {}
-        for url, state in writes.states.items():
-            changed.setdefault(url_id(url), [None, None, None])[_STATE] = state_to_bytes(state)
+        for pid, state in zip(state_page_ids(writes), writes.states.values(), strict=True):
+            changed.setdefault(pid, [None, None, None])[_STATE] = state_to_bytes(state)
         for pid, neighbours in writes.neighbours.items():
             changed.setdefault(pid, [None, None, None])[_RELATED] = neighbours.to_bytes()
         for pid, blob in row_records(writes.rows).items():
             changed.setdefault(pid, [None, None, None])[_ROW] = blob
         self._pages += merge_page_records(self._records, changed)
         if writes.siblings:
-            self._add_members(writes.siblings)
+            self._add_members(writes.siblings, writes.page_ids)
 
-    def _add_members(self, siblings: dict[str, list[str]]) -> None:
-        """Pages join their sibling groups; the home-alone array changes once a batch."""
+    def _add_members(self, siblings: dict[str, list[str]], page_ids: dict[str, int]) -> None:
+        """Pages join their sibling groups; the home-alone array changes once a batch. A
+        group of its home page alone keeps that page's id (from ``page_ids`` where the batch
+        knows it) as its row, so that reading it derives none."""
         keys = list(siblings)
         ids = np.fromiter(map(sibling_key_id, keys), np.int64, len(keys))
         alone = self._alone.contains(ids)
-        joined, left = [], []
+        joined, joined_ids, left = [], [], []
         for key, kid, was_alone in zip(keys, ids.tolist(), alone.tolist(), strict=True):
             urls = siblings[key]
             group = self._groups.get(kid)
             if group is None and not was_alone and len(urls) == 1:
                 if urls[0] == f"https://{key}":
                     joined.append(kid)
+                    home_id = page_ids.get(urls[0])
+                    joined_ids.append(url_id(urls[0]) if home_id is None else home_id)
                 else:
                     self._groups[kid] = urls[0]
                 continue
@@ -641,7 +692,7 @@ class CompactMemoryPageStore(MemoryPageStore):
             members = list(self._members(key, kid, was_alone))
             self._groups[kid] = members + list(urls)
         self._alone.remove(np.array(left, dtype=np.int64))
-        self._alone.insert(np.array(joined, dtype=np.int64), np.zeros(len(joined), np.int64))
+        self._alone.insert(np.array(joined, dtype=np.int64), np.array(joined_ids, np.int64))
 
     def __len__(self) -> int:
         return self._pages

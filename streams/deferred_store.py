@@ -55,9 +55,11 @@ class DeferredStore:
             out.append(value)
         return out
 
-    def get_states(self, urls: Sequence[str]) -> list[PageState | None]:
+    def get_states(
+        self, urls: Sequence[str], page_ids: Sequence[int] | None = None
+    ) -> list[PageState | None]:
         layers = [layer.states for layer in self._layers() if layer.states]
-        return self._overlay(urls, self.store.get_states(urls), layers)
+        return self._overlay(urls, self.store.get_states(urls, page_ids), layers)
 
     def get_neighbours(self, page_ids: Sequence[int]) -> list[Neighbours | None]:
         layers = [layer.neighbours for layer in self._layers() if layer.neighbours]

@@ -130,9 +130,11 @@ from online.stores import (
     Neighbours,
     PageWrites,
     pack_float_rows,
+    page_ids_of,
     row_records,
     rows_from_records,
     sibling_groups,
+    state_page_ids,
     unpack_float_rows,
 )
 from streams.redis_scripts import (
@@ -316,8 +318,10 @@ class RedisPageStore:
         if isinstance(value, int):
             raise ValueError(f"the record of page {int(page_id)} is not a lookaround page record")
 
-    def get_states(self, urls: Sequence[str]) -> list[PageState | None]:
-        pids = [url_id(u) for u in urls]
+    def get_states(
+        self, urls: Sequence[str], page_ids: Sequence[int] | None = None
+    ) -> list[PageState | None]:
+        pids = page_ids_of(urls, page_ids)
         out: list[PageState | None] = []
         for pid, blob in zip(pids, self._read_pages(pids, STATE), strict=True):
             if blob is None:
@@ -474,8 +478,8 @@ class RedisPageStore:
                 got = pages[pid] = [b"", b"", b"", b""]
             return got
 
-        for url, state in writes.states.items():
-            entry(url_id(url))[STATE - 1] = to_bytes(state)
+        for pid, state in zip(state_page_ids(writes), writes.states.values(), strict=True):
+            entry(pid)[STATE - 1] = to_bytes(state)
         if writes.stats:
             packed = pack_float_rows(np.stack(list(writes.stats.values())), STATS_WIDE)
             for pid, blob in zip(writes.stats, packed, strict=True):

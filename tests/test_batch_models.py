@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import pickle
+import subprocess
+import sys
+from importlib import metadata
 
 import numpy as np
 import pytest
@@ -133,3 +136,19 @@ def test_calibration_and_permutation_importance(fitted) -> None:
     assert table["observed_mean"].iloc[-1] > table["observed_mean"].iloc[0]
     imp = permutation_importances(model, X, Y, n_repeats=2, max_rows=800)
     assert imp["feature"].iloc[0] == "signal"
+
+
+def test_fitting_a_model_the_stream_refreshes_does_not_import_ngboost() -> None:
+    """The refreshed ExtraTrees records NGBoost's version from its metadata: importing NGBoost
+    (and SymPy) in the refresh's thread would hold the GIL for about a second mid-stream."""
+    code = (
+        "import sys\n"
+        "import numpy as np\n"
+        "from batch.refresh import fit_rate_model\n"
+        "X = np.random.default_rng(0).random((200, 3))\n"
+        "model = fit_rate_model(X, ['a', 'b', 'c'], np.ones((200, 2)), np.full(200, 2.0))\n"
+        "print(model.versions_['ngboost'], 'ngboost' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True)  # fmt: skip
+    assert done.stdout.split() == [metadata.version("ngboost"), "False"]

@@ -52,7 +52,9 @@ class BytesPageStore:
         blob = self.data.get("learner")
         return None if blob is None else pickle.loads(blob)
 
-    def get_states(self, urls: Sequence[str]) -> list[PageState | None]:
+    def get_states(
+        self, urls: Sequence[str], page_ids: Sequence[int] | None = None
+    ) -> list[PageState | None]:
         return [from_bytes(b) if (b := self.data.get("s" + u)) else None for u in urls]
 
     def get_neighbours(self, page_ids: Sequence[int]) -> list[Neighbours | None]:
@@ -410,6 +412,12 @@ def test_sibling_groups_are_each_groups_sibling_group() -> None:
         assert got.ids.dtype == np.int64 and got.ids.tolist() == alone.ids.tolist()
         assert got.ids.tolist() == [url_id(u) for u in urls]
     assert sibling_groups([], []) == []
+    given = np.array([url_id(u) for urls in members for u in urls], np.int64)
+    kept = sibling_groups(members, gains, given)
+    assert [g.ids.tolist() for g in kept] == [g.ids.tolist() for g in many]
+    with pytest.raises(ValueError, match="4 page ids given for 3 group members"):
+        sibling_groups([("https://a.org/",), ("https://b.org/", "https://c.org/")], [None] * 2,
+                       np.arange(4))  # fmt: skip
 
 
 def test_the_compact_memory_store_gives_back_sibling_groups_as_written() -> None:
@@ -439,6 +447,36 @@ def test_the_compact_memory_store_gives_back_sibling_groups_as_written() -> None
     assert [g.urls for g in got][3:] == [(), ("https://e.org/w",)]
     for mine, theirs in zip(got, expected, strict=True):
         assert np.array_equal(mine.ids, theirs.ids)
+
+
+def test_the_compact_memory_store_keeps_a_home_alone_group_under_the_id_it_was_given() -> None:
+    """A group of its home page alone keeps the page id the batch brought (none derived when
+    read); without one it derives it from the URL, as a group read from members does."""
+    store = CompactMemoryPageStore()
+    given = {"https://a.org/x": 12345}
+    store.write(PageWrites({}, {}, {}, siblings={"a.org/x": ["https://a.org/x"],
+                                                  "e.org/w": ["https://e.org/w"]},
+                           page_ids=given))  # fmt: skip
+    kept, derived = store.get_siblings(["a.org/x", "e.org/w"])
+    assert kept.urls == ("https://a.org/x",) and kept.ids.tolist() == [12345]
+    assert derived.ids.tolist() == [url_id("https://e.org/w")]
+
+
+def test_stores_keyed_by_page_id_read_and_write_states_by_the_ids_given() -> None:
+    """The compact store files a state under the page id the batch gave for its URL and
+    reads it back by the ids given; without ids both sides derive them from the URLs, and
+    ids that do not pair up with the URLs are refused."""
+    url, other = "https://a.org/x", "https://a.org/y"
+    state = PageState(last_fetched_at=1.0, last_ok_at=1.0, last_status=200, fetches=1)
+    store = CompactMemoryPageStore()
+    store.write(PageWrites({url: state}, {}, {}, page_ids={url: 99}))
+    store.write(PageWrites({other: state}, {}, {}))  # id derived from the URL
+    assert states_equal(store.get_states([url], [99])[0], state)
+    assert store.get_states([url]) == [None]  # filed under the id given, not url_id(url)
+    for read in (store.get_states([other]), store.get_states([other], [url_id(other)])):
+        assert states_equal(read[0], state)
+    with pytest.raises(ValueError, match="1 page ids given for 2 URLs"):
+        store.get_states([url, other], [99])
 
 
 def test_features_use_only_earlier_fetches(events) -> None:
