@@ -332,10 +332,8 @@ class PagePipeline:
         """The batch's pages as stored before it: history states by URL, page ids by URL and
         related-page lists by page id (one read each)."""
         page_ids = {e.url: e.page_id for e in events}
-        urls = list(page_ids)  # distinct, in stream order
-        got = self.store.get_states(urls, list(page_ids.values()))
-        states = dict(zip(urls, got, strict=True))
-        pids = list(page_ids.values())
+        urls, pids = list(page_ids), list(page_ids.values())  # distinct, in stream order
+        states = dict(zip(urls, self.store.get_states(urls, pids), strict=True))
         stored_nbrs = dict(zip(pids, self.store.get_neighbours(pids), strict=True))
         return states, page_ids, resolve_short_ids(stored_nbrs, self.index)
 
