@@ -1,6 +1,6 @@
 """The related-page index as it grows: lists trained once on the first pages, or retrained.
 
-`online.index.FaissIndex` switches from exact search to IVF at ``exact_below`` pages (20,000),
+`online.index.FaissIndex` switches from exact search to IVF at ``exact_below`` pages (10,000),
 training its lists on those pages. This benchmark grows an index to ``--pages`` clustered
 192-d vectors (`bench/knn_graph.py`'s data: lognormal cluster sizes, a page's cosine to its
 centre 0.6-0.9) in upserts of 1,000, as a crawl's first round does, once with the lists kept
@@ -71,7 +71,7 @@ def main() -> int:
     for retrain in (False, True):
         index, seconds = grow(x, retrain)
         recall, per_query = measure(index, x, queries, truth)
-        name = "retrained as it grows" if retrain else "lists from the first 20,000 pages"
+        name = "retrained as it grows" if retrain else "lists from the first 10,000 pages"
         rows[retrain] = (recall, per_query)
         print(
             f"{name:34s}: {index.lists:5d} lists, {index.retrains} retrains, grown in "

@@ -4,7 +4,7 @@
     python -m deploy.sizing live [--pages 5000 --crawls 4 --workers 1]
                                                              # events/s per worker, Redis B/page
 
-``index`` fills a `online.index.FaissIndex` (192-d, as deployed: exact below 20,000 pages,
+``index`` fills a `online.index.FaissIndex` (192-d, as deployed: exact below 10,000 pages,
 then IVF) with N unit vectors in a fresh process and reports the resident memory it added per
 page, next to the raw vector (192 x 4 B) and the serialised FAISS index; then the serialised
 size per page of the compressed alternative, IVF-PQ with 48-byte codes.

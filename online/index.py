@@ -285,6 +285,14 @@ class FaissIndex:
     stops its batches for the k-means. The IVF index keeps a hash-table direct map, so pages
     can be replaced and removed.
 
+    The switch comes early (10,000 pages, 256 lists) and soon after its training started
+    (1.1 x) because each page of the exact phase is searched against all of them: on a
+    first crawl, where every event is a new page, a live worker near its rate fell behind
+    between 11,000 and 22,000 pages with the switch at 20,000, and its takeover waited for
+    the larger k-means. The related pages lose next to nothing: their recall@30 against
+    exact search, on clustered pages, is 0.996-0.999 from 12,000 to 24,000 pages with 256
+    lists (0.991-0.994 at 24,000-40,000 with 512).
+
     Same upserts and removes in the same order give the same index, and therefore the
     same search results, whatever the chunking: flat storage is compacted in order, and
     in IVF mode an upsert is applied as the equivalent sequence of single-page updates
@@ -312,15 +320,18 @@ class FaissIndex:
     few and too long as the index grows: a search scans ``nprobe`` lists, so its cost grows
     with the index, and a site's later pages may sit where the early ones had few lists.
     With ``nlist`` left to the index (None) and ``retrain_growth`` set, once the index is
-    large enough for twice the lists it has (`size_for_more_lists`; 40,000, 131,073 and
-    524,288 pages from the first 512 lists) and holds at least ``retrain_growth`` times the
+    large enough for twice the lists it has (`size_for_more_lists`; 19,968, 39,936, 131,073
+    and 524,288 pages from the first 256 lists) and holds at least ``retrain_growth`` times the
     pages its lists were trained on, a new IVF index with
     `default_nlist` lists for that size is trained in a background thread on a sample of
     the vectors then indexed, ``train_points_per_list`` a list (32: below the 39 under
     which FAISS's k-means warns, but at a million pages the related pages' recall@30 is
     0.991 against 0.992 with 64, and the 4,096 lists are built in 0.57 x the time, with half
     the sample in memory), and filled with them; the changes made meanwhile are kept and
-    applied to it when it takes over, at ``takeover_growth`` times that size. Both points
+    applied to it when it takes over, at ``retrain_takeover_growth`` times that size (1.5:
+    the current lists serve well meanwhile, and a k-means of 1,024 lists or more does not
+    finish by 1.1 x on a first crawl's pace, where the takeover stopped a batch for up to a
+    second). Both points
     are sizes of the index and upserts are split there, so the same upserts give the same
     index whatever their chunking, and `next_switch` tells a caller where to split its own
     batches. The takeover waits for the training if it has not finished.
@@ -342,7 +353,7 @@ class FaissIndex:
         self,
         dim: int = 192,
         *,
-        exact_below: int = 20_000,
+        exact_below: int = 10_000,
         nlist: int | None = None,
         nprobe: int = 16,
         seed: int = 0,
@@ -351,6 +362,7 @@ class FaissIndex:
         codes: str = "8bit",
         retrain_growth: float | None = 1.5,
         takeover_growth: float = 1.1,
+        retrain_takeover_growth: float = 1.5,
         train_points_per_list: int = 32,
     ) -> None:
         if dim < 1 or exact_below < 1 or nprobe < 1 or threads < 1:
@@ -363,8 +375,10 @@ class FaissIndex:
             raise ValueError("nlist must be between 1 and exact_below")
         if retrain_growth is not None and retrain_growth <= 1.0:
             raise ValueError("retrain_growth must be above 1 (or None: never retrain)")
-        if takeover_growth < 1.0 or train_points_per_list < 1:
-            raise ValueError("takeover_growth must be >= 1 and train_points_per_list >= 1")
+        if takeover_growth < 1.0 or retrain_takeover_growth < 1.0:
+            raise ValueError("takeover_growth and retrain_takeover_growth must be >= 1")
+        if train_points_per_list < 1:
+            raise ValueError("train_points_per_list must be >= 1")
         self.dim = int(dim)
         self.exact_below = int(exact_below)
         self.nlist = nlist
@@ -375,6 +389,7 @@ class FaissIndex:
         self.codes = codes
         self.retrain_growth = retrain_growth
         self.takeover_growth = float(takeover_growth)
+        self.retrain_takeover_growth = float(retrain_takeover_growth)
         self.train_points_per_list = int(train_points_per_list)
         self.retrains = 0  # retrained indexes that took over
         self._retrain_at: int | None = None  # size at which the next retraining starts
@@ -787,7 +802,7 @@ class FaissIndex:
         vectors = flat.index.reconstruct_n(0, n)
         ids = faiss.vector_to_array(flat.id_map).astype(np.int64)
         nlist = self.nlist if self.nlist is not None else default_nlist(n)
-        self._train_in_background(nlist, vectors, ids, vectors)
+        self._train_in_background(nlist, vectors, ids, vectors, self.takeover_growth)
 
     # -- retraining ----------------------------------------------------------------------
 
@@ -815,17 +830,24 @@ class FaissIndex:
         rng = np.random.default_rng(self.seed + self.retrains + 1)
         picked = np.sort(rng.choice(size, sample, replace=False))
         self._retrain_at = None
-        self._train_in_background(nlist, vectors[picked], ids, vectors)
+        self._train_in_background(
+            nlist, vectors[picked], ids, vectors, self.retrain_takeover_growth
+        )
 
     def _train_in_background(
-        self, nlist: int, train: np.ndarray, ids: np.ndarray, vectors: np.ndarray
+        self,
+        nlist: int,
+        train: np.ndarray,
+        ids: np.ndarray,
+        vectors: np.ndarray,
+        growth: float,
     ) -> None:
         """Build an IVF index of ``nlist`` lists (trained on ``train``, filled with ``ids``
         and ``vectors``: every page indexed now) in the training thread; it takes over at
-        ``takeover_growth`` times this size, and at least one page later."""
+        ``growth`` times this size, and at least one page later."""
         size = len(ids)
         self._retraining = _Retraining(
-            takeover_at=max(math.ceil(self.takeover_growth * size), size + 1),
+            takeover_at=max(math.ceil(growth * size), size + 1),
             ids=ids,
             built=_background().submit(_build_ivf, self._ivf_params(nlist), train, ids, vectors),
         )

@@ -117,6 +117,8 @@ def test_bad_input_rejected() -> None:
         index.search(unit(2), 3, exclude=np.array([1]))
     with pytest.raises(ValueError):
         FaissIndex(dim=4, exact_below=10, nlist=11)
+    with pytest.raises(ValueError, match="retrain_takeover_growth"):
+        FaissIndex(dim=4, retrain_takeover_growth=0.9)
 
 
 def test_replace_and_last_wins_within_one_call() -> None:
@@ -432,7 +434,7 @@ def test_by_default_the_lists_are_retrained_where_the_size_calls_for_twice_as_ma
     """Each retraining starts at the first size whose `default_nlist` is above the lists the
     index has (not before 1.5 x the size they were trained at), so the lists a search
     scans stay near ``nprobe * n / default_nlist(n)`` as the index grows."""
-    index = FaissIndex(dim=16, exact_below=40, takeover_growth=1.0)
+    index = FaissIndex(dim=16, exact_below=40, takeover_growth=1.0, retrain_takeover_growth=1.0)
     assert (index.lists, index.next_switch) == (0, 40)
     x = clustered(700, 16, seed=4)
     index.upsert(np.arange(40), x[:40])
@@ -469,7 +471,15 @@ def test_retraining_does_not_depend_on_how_upserts_are_chunked() -> None:
 
 
 def test_next_switch_names_the_size_where_the_search_changes() -> None:
-    index = FaissIndex(dim=16, exact_below=40, retrain_growth=2.0, takeover_growth=1.5)
+    """The first IVF takes over at ``takeover_growth`` times the size it was trained at, a
+    retrained one at ``retrain_takeover_growth`` times."""
+    index = FaissIndex(
+        dim=16,
+        exact_below=40,
+        retrain_growth=2.0,
+        takeover_growth=1.5,
+        retrain_takeover_growth=1.25,
+    )
     assert index.next_switch == 40
     x = clustered(200, seed=5)
     index.upsert(np.arange(40), x[:40])
@@ -481,11 +491,11 @@ def test_next_switch_names_the_size_where_the_search_changes() -> None:
     index.upsert(np.arange(59, 60), x[59:60])
     assert index.is_ivf and index.next_switch is None  # retraining starts at 2 x 60, unseen
     index.upsert(np.arange(60, 120), x[60:120])
-    assert index.next_switch == 180  # training started at 120; takes over at 1.5 x 120
+    assert index.next_switch == 150  # training started at 120; takes over at 1.25 x 120
     before = index.lists
-    index.upsert(np.arange(120, 179), x[120:179])
+    index.upsert(np.arange(120, 149), x[120:149])
     assert index.lists == before
-    index.upsert(np.arange(179, 180), x[179:180])
+    index.upsert(np.arange(149, 150), x[149:150])
     assert index.lists > before and index.retrains == 1 and index.next_switch is None
 
 

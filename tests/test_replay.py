@@ -132,7 +132,7 @@ def test_replay_takes_the_real_crawl_S_as_it_is(tmp_path: Path) -> None:
     assert summary.rejected == 0 and summary.stale == 0
     assert summary.pages == stats["pages"]
     assert summary.embedded_from_text > 0 and summary.indexed_pages == stats["pages"]
-    assert summary.index_lists == summary.index_probes == 0  # under 20,000 pages: exact
+    assert summary.index_lists == summary.index_probes == 0  # under 10,000 pages: exact
     rows = pq.read_table(
         tmp_path / "features.parquet", columns=["crawl", "label_new_internal", "label_new_external"]
     ).to_pylist()
