@@ -23,8 +23,11 @@ similarity. This module holds:
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
 import sys
+import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
@@ -1028,7 +1031,20 @@ def _background() -> ThreadPoolExecutor:
         _TRAINER = ThreadPoolExecutor(
             1,
             thread_name_prefix="index-retrain",
-            initializer=faiss.omp_set_num_threads,
-            initargs=(1,),  # one core: the pipeline's own thread needs the other
+            initializer=_start_trainer_thread,
         )
     return _TRAINER
+
+
+_TRAINER_NICENESS = 19
+
+
+def _start_trainer_thread() -> None:
+    """The trainer thread on one core at the lowest CPU priority: a k-means that takes its
+    time only delays a takeover, while one competing with the pipeline's own thread delays
+    every event scored meanwhile."""
+    faiss.omp_set_num_threads(1)
+    if sys.platform.startswith("linux"):  # niceness is per thread only on Linux
+        # A sandbox that refuses it leaves the trainer at the usual priority.
+        with contextlib.suppress(OSError):
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), _TRAINER_NICENESS)

@@ -1,6 +1,9 @@
 from __future__ import annotations
 
 import itertools
+import os
+import sys
+import threading
 
 import faiss
 import numpy as np
@@ -12,6 +15,7 @@ from batch.knn_graph import knn_graph
 from online.index import (
     FaissIndex,
     VectorIndex,
+    _background,
     default_nlist,
     exact_search,
     neighbour_weights,
@@ -577,3 +581,17 @@ def test_an_upsert_takes_its_list_from_a_search_of_its_vector_only_while_it_is_n
 def faiss_list(ivf: faiss.IndexIVF, page: int) -> int:
     """The IVF list that holds ``page``."""
     return int(faiss.lo_listno(ivf.direct_map.get(page)))
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread niceness is Linux's")
+def test_indexes_are_trained_on_one_thread_at_the_lowest_cpu_priority() -> None:
+    """The k-means yields the cores to the pipeline's own thread, so a retraining delays its
+    takeover, not the events scored meanwhile; the pipeline's thread keeps its priority."""
+
+    def niceness_and_threads() -> tuple[int, int]:
+        niceness = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+        return niceness, faiss.omp_get_max_threads()
+
+    own, _ = niceness_and_threads()
+    assert _background().submit(niceness_and_threads).result(timeout=30) == (19, 1)
+    assert niceness_and_threads()[0] == own < 19
