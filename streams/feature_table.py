@@ -132,6 +132,12 @@ class _Labels:
     millis_known: np.ndarray  # bool
 
 
+#: The columns written with dictionary pages: the URLs only. On the float feature columns,
+#: whose values rarely repeat, dictionaries cost 1.7x the write time of plain pages and give
+#: a larger file (``bench/feature_table_write.py``).
+DICTIONARY_COLUMNS = ["url"]
+
+
 class FeatureTable:
     """Feature rows waiting for their labels, then written to Parquet in row groups, in the
     order their labels arrive; the rest at `close`, in the order their pages were last
@@ -171,10 +177,8 @@ class FeatureTable:
                 ("label_fetched_at", _TIMESTAMP),
             ]
         )
-        # Dictionary pages only for the URLs: on the float feature columns they cost 1.7x the
-        # write time of plain pages and give a larger file (``bench/feature_table_write.py``).
         self.writer = pq.ParquetWriter(
-            path, self.schema, compression="zstd", use_dictionary=["url"]
+            path, self.schema, compression="zstd", use_dictionary=DICTIONARY_COLUMNS
         )
 
     def add_batch(self, batch: ScoredColumns) -> None:
