@@ -21,7 +21,8 @@ Python objects and arrays, reads no global state and does no I/O.
   records, and records rebuilt with some sections replaced;
 * `direction_cosine`: a changed vector's cosine to the direction its related pages were
   found with;
-* `direction_codes`: that direction as int8 codes, kept when related pages are searched.
+* `direction_codes`: that direction as int8 codes, kept when related pages are searched;
+* `record_head_stats`: the stats rows out of Redis page-record heads (the stats read).
 """
 
 cimport cython
@@ -1857,3 +1858,103 @@ def merge_page_records(dict records, dict changed):
             at += lengths[j]
         records[pid] = out
     return gained
+
+
+# -- stats rows out of Redis record heads -------------------------------------------------------
+
+cdef enum:
+    _STATS_FULL = 0  # `online.stores.pack_floats` layouts
+    _STATS_COMPACT = 1
+
+
+def record_head_stats(list heads, const uint8_t[::1] wide, float[:, ::1] out):
+    """Decode each page record head's stats section (`streams.redis_scripts`: a head of
+    either version, then `online.stores.pack_floats` bytes) into row ``i`` of ``out``,
+    leaving rows of absent heads (None) and of empty sections untouched; what
+    `online.stores.unpack_float_rows` gives for the same sections, in one pass and without
+    slicing each head. ``wide`` marks the columns kept in float32 by the compact layout.
+
+    Returns ``(-1, 0, 0, 0)``, or, for the first bad head, ``(row, reason, got, expected)``:
+    reason 1: not a page record (``got``, ``expected`` 0); 2: a stats section of ``got``
+    bytes where its layout takes ``expected``; 3: an unknown layout.
+
+    >>> import numpy as np, struct
+    >>> wide = np.array([0, 1], dtype=np.uint8)
+    >>> compact = bytes([1]) + np.float16(0.5).tobytes() + np.float32(0.1).tobytes()
+    >>> full = bytes([0]) + np.array([2.0, 3.0], dtype="<f4").tobytes()
+    >>> heads = [bytes([2, 7, 0, 0, 0, 0, 0, 0]) + compact + b"state", None,
+    ...          struct.pack("<BBIIHI", 1, 9, 0, 0, 0, 0) + full]
+    >>> out = np.full((3, 2), np.nan, dtype=np.float32)
+    >>> record_head_stats(heads, wide, out), out.tolist()[0][0], out.tolist()[2]
+    ((-1, 0, 0, 0), 0.5, [2.0, 3.0])
+    >>> record_head_stats([bytes([2, 7, 0, 0, 0, 0, 0, 0]) + compact[:5]], wide, out)
+    (0, 2, 5, 7)
+    >>> record_head_stats([b"x"], wide, out)
+    (0, 1, 0, 0)
+    """
+    cdef Py_ssize_t n = out.shape[1], n_wide = 0, i, j, size, head_size, length
+    cdef Py_ssize_t narrow_at, wide_at, full_size, compact_size
+    cdef const uint8_t* p
+    cdef const uint8_t* s
+    cdef const float* table = &_half[0]
+    cdef uint32_t bits
+    cdef float value
+    cdef bytes head
+    if wide.shape[0] != n:
+        raise ValueError(f"{wide.shape[0]} wide flags for {n} columns")
+    if len(heads) > out.shape[0]:
+        raise ValueError(f"{len(heads)} heads for {out.shape[0]} rows")
+    for j in range(n):
+        n_wide += wide[j] != 0
+    full_size = 1 + 4 * n
+    compact_size = 1 + 2 * (n - n_wide) + 4 * n_wide
+    for i in range(len(heads)):
+        item = heads[i]
+        if item is None:
+            continue
+        if type(item) is not bytes:
+            return (i, 1, 0, 0)
+        head = <bytes> item
+        size = len(head)
+        p = <const uint8_t*> PyBytes_AS_STRING(head)
+        if size >= 1 and p[0] == 1:
+            head_size = 16  # `streams.redis_scripts.RECORD_HEADS`' sizes (a test checks)
+        elif size >= 1 and p[0] == 2:
+            head_size = 8
+        else:
+            return (i, 1, 0, 0)
+        if size < head_size:
+            return (i, 1, 0, 0)
+        length = p[1]
+        if length == 0:
+            continue
+        # a head cut short of its stats counts as a section of the bytes present
+        if head_size + length > size:
+            length = size - head_size
+            if length == 0:
+                return (i, 3, 0, 0)
+        s = p + head_size
+        if s[0] == _STATS_FULL:
+            if length != full_size:
+                return (i, 2, length, full_size)
+            for j in range(n):
+                bits = load_u32le(s + 1 + 4 * j)
+                memcpy(&value, &bits, 4)
+                out[i, j] = value
+        elif s[0] == _STATS_COMPACT:
+            if length != compact_size:
+                return (i, 2, length, compact_size)
+            narrow_at = 1
+            wide_at = 1 + 2 * (n - n_wide)
+            for j in range(n):
+                if wide[j]:
+                    bits = load_u32le(s + wide_at)
+                    memcpy(&value, &bits, 4)
+                    out[i, j] = value
+                    wide_at += 4
+                else:
+                    out[i, j] = table[<uint16_t> s[narrow_at] | (<uint16_t> s[narrow_at + 1] << 8)]
+                    narrow_at += 2
+        else:
+            return (i, 3, length, 0)
+    return (-1, 0, 0, 0)

@@ -410,3 +410,85 @@ def test_merge_page_records_refuses_sections_of_another_shape() -> None:
         kernels.merge_page_records({}, {1: (b"s", None, None)})
     with pytest.raises(TypeError):
         kernels.merge_page_records({}, {1: ["s", None, None]})
+
+
+# -- stats rows out of Redis record heads -----------------------------------------------------
+
+
+def _stats_head(version: int, stats: bytes, tail: bytes = b"") -> bytes:
+    """A record head as `streams.redis_scripts` lays it out, its stats, then what the stats
+    read takes of the next section."""
+    from streams.redis_scripts import RECORD_HEADS
+
+    return RECORD_HEADS[version].pack(version, len(stats), len(tail), 0, 0, 0) + stats + tail
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    wide=st.lists(st.booleans(), min_size=1, max_size=9),
+    rows=st.lists(
+        st.tuples(st.sampled_from(["full", "compact", "none", "empty"]), st.sampled_from([1, 2])),
+        max_size=12,
+    ),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_record_head_stats_decodes_what_unpack_float_rows_decodes(
+    wide: list[bool], rows: list[tuple[str, int]], seed: int
+) -> None:
+    from online.stores import pack_float_rows, to_half, unpack_float_rows
+
+    flags = np.array(wide, dtype=bool)
+    rng = np.random.default_rng(seed)
+    values = rng.normal(size=(len(rows), len(wide))).astype(np.float32) * 100
+    values[rng.random(values.shape) < 0.1] = np.nan
+    compact = [kind == "compact" for kind, _ in rows]
+    values[compact] = to_half(values[compact], flags)
+    blobs = pack_float_rows(values, flags) if len(rows) else []
+    heads: list[bytes | None] = []
+    for (kind, version), blob in zip(rows, blobs, strict=True):
+        if kind == "compact":
+            assert blob[0] == 1  # a row of half-precision narrow values packs compact
+        stats = b"" if kind == "empty" else blob
+        heads.append(None if kind == "none" else _stats_head(version, stats, b"st"))
+    out = np.full((len(rows), len(wide)), np.nan, dtype=np.float32)
+    assert kernels.record_head_stats(heads, flags.astype(np.uint8), out) == (-1, 0, 0, 0)
+    expected = np.full_like(out, np.nan)
+    present = [i for i, (kind, _) in enumerate(rows) if kind in ("full", "compact")]
+    if present:
+        expected[present] = unpack_float_rows([blobs[i] for i in present], flags, len(wide))
+    np.testing.assert_array_equal(out.view(np.uint32), expected.view(np.uint32))
+
+
+def test_record_head_sizes_are_the_scripts_heads() -> None:
+    from streams.redis_scripts import RECORD_HEADS
+
+    wide = np.zeros(1, dtype=np.uint8)
+    out = np.zeros((1, 1), dtype=np.float32)
+    stats = b"\x00" + np.float32(2.5).tobytes()
+    for version, head in RECORD_HEADS.items():
+        record = head.pack(version, len(stats), 0, 0, 0, 0) + stats
+        assert kernels.record_head_stats([record], wide, out) == (-1, 0, 0, 0)
+        assert out[0, 0] == 2.5
+        out[0, 0] = 0
+        assert kernels.record_head_stats([record[: head.size - 1]], wide, out) == (0, 1, 0, 0)
+
+
+def test_record_head_stats_names_the_first_bad_head() -> None:
+    wide = np.array([0, 1], dtype=np.uint8)
+    good = _stats_head(2, b"\x00" + np.array([1, 2], dtype="<f4").tobytes())
+    truncated = _stats_head(2, b"\x00" + np.array([1, 2], dtype="<f4").tobytes())[:-2]
+    out = np.zeros((4, 2), dtype=np.float32)
+    assert kernels.record_head_stats([good, truncated, b"x"], wide, out) == (1, 2, 7, 9)
+    assert kernels.record_head_stats([good, b"x", truncated], wide, out) == (1, 1, 0, 0)
+    assert kernels.record_head_stats([good, 0], wide, out) == (1, 1, 0, 0)
+    assert kernels.record_head_stats([_stats_head(1, b"\x07abc")], wide, out) == (0, 3, 4, 0)
+    assert kernels.record_head_stats([_stats_head(2, b"\x01" + b"\0" * 5)], wide, out) == (
+        0,
+        2,
+        6,
+        7,
+    )
+    with pytest.raises(ValueError, match="wide flags"):
+        kernels.record_head_stats([good], np.zeros(3, dtype=np.uint8), out)
+    with pytest.raises(ValueError, match="heads for 4 rows"):
+        kernels.record_head_stats([good] * 5, wide, out)
