@@ -199,6 +199,10 @@ def latency(
         time.sleep(2)  # group joined, partitions assigned
         produce_file(settings, part, rate=rate)
         wait_for(lambda: w.metric("lookaround_priorities_out_total") >= n, 300, "all scored")
+        batches = w.metric("lookaround_batch_seconds_count")
+        batch_s = w.metric("lookaround_batch_seconds_sum")
+        batch_events = w.metric("lookaround_batch_events_sum")
+        process_s = w.metric('lookaround_stage_seconds_total{stage="process"}')
         sent = {}
         for m in read_topic(settings, settings.topic_fetched):
             f = parse_fetch(m.value)
@@ -222,6 +226,11 @@ def latency(
         "p50_s": round(float(np.percentile(arr, 50)), 3),
         "p99_s": round(float(np.percentile(arr, 99)), 3),
         "max_s": round(float(arr.max()), 3),
+        # what an event waits for: the batch before its own, then its own
+        "batches": int(batches),
+        "events_per_batch": round(batch_events / max(batches, 1), 1),
+        "batch_s_mean": round(batch_s / max(batches, 1), 3),
+        "process_s_per_batch": round(process_s / max(batches, 1), 3),
         # where a high p99 comes from: the stream in tenths (a first crawl: tenth i holds
         # pages i * n / 10 to (i + 1) * n / 10), each tenth's p99
         "p99_by_tenth_s": [

@@ -4,6 +4,7 @@ import itertools
 import os
 import sys
 import threading
+from collections.abc import Callable
 
 import faiss
 import numpy as np
@@ -396,9 +397,12 @@ def test_recall_at_k() -> None:
     assert recall_at_k(np.array([[1, -1]]), np.array([[1, -1]])) == 1.0
 
 
-def grown(chunk: int, **kw: float | int | None) -> tuple[FaissIndex, dict[int, np.ndarray]]:
+def grown(
+    chunk: int, after_each: Callable[[FaissIndex], None] | None = None, **kw: float | int | None
+) -> tuple[FaissIndex, dict[int, np.ndarray]]:
     """An index grown to 600 pages in chunks of ``chunk`` with replacements and removes on
-    the way (what a crawl does), and the dict model of what it should hold."""
+    the way (what a crawl does), and the dict model of what it should hold; ``after_each``
+    runs after every upsert and remove."""
     index = FaissIndex(dim=DIM, exact_below=40, nprobe=1024, threads=1, **kw)  # type: ignore[arg-type]
     x, later = clustered(600, DIM, seed=1), clustered(600, DIM, seed=2)
     model: dict[int, np.ndarray] = {}
@@ -421,6 +425,8 @@ def grown(chunk: int, **kw: float | int | None) -> tuple[FaissIndex, dict[int, n
                 index.remove(part)
                 for page in part.tolist():
                     model.pop(page, None)
+            if after_each is not None:
+                after_each(index)
     return index, model
 
 
@@ -472,6 +478,30 @@ def test_retraining_does_not_depend_on_how_upserts_are_chunked() -> None:
     for other in results[1:]:
         assert other[:2] == results[0][:2]
         assert np.array_equal(other[2], results[0][2]) and np.array_equal(other[3], results[0][3])
+
+
+def test_changes_applied_to_a_built_index_before_its_takeover_give_the_same_index(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The changes made while an index trains are applied to it once it is built, a share
+    at each update, not all at its takeover (where they stopped a live worker's batch); the
+    index that takes over is the same either way: the same lists in the same order."""
+
+    def built_at_once(index: FaissIndex) -> None:
+        if index._retraining is not None:
+            index._retraining.built.result()
+
+    early, _ = grown(7, built_at_once, retrain_growth=2.0, takeover_growth=1.25)
+    assert early.changes_caught_up > 0
+    assert early.changes_at_takeover < early.changes_caught_up
+    monkeypatch.setattr(FaissIndex, "_catch_up", lambda self, pages: None)
+    late, model = grown(7, retrain_growth=2.0, takeover_growth=1.25)
+    assert late.changes_caught_up == 0 and late.changes_at_takeover > 0
+    assert (early.retrains, early.lists) == (late.retrains, late.lists) and late.retrains >= 2
+    assert ivf_lists(early) == ivf_lists(late)
+    queries = np.stack([model[p] for p in sorted(model)[:40]])
+    a, b = early.search(queries, 10), late.search(queries, 10)
+    assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
 
 
 def test_next_switch_names_the_size_where_the_search_changes() -> None:
