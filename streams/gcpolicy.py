@@ -38,6 +38,9 @@ def freeze_startup_heap() -> int:
     return gc.get_freeze_count()
 
 
+#: A live worker's collection thresholds, once its startup heap is frozen: young collections
+#: every 5,000 allocations. Against CPython's (700, 10, 10) or (50,000, 20, 100) no difference in
+#: a worker's events/s could be measured (docs/benchmarks.md, "Where a live worker's time goes").
 WORKER_THRESHOLDS = (5000, 20, 100)
 #: A replay's young collections: rare enough that a batch (1,000 events make some 100,000
 #: container objects, most of them freed by reference counting) runs through without one;
