@@ -550,7 +550,7 @@ class FaissIndex:
         if self._ivf is None:
             self._flat.remove_ids(arr)
         else:
-            self._ivf_remove(arr)
+            _remove_ids(self._ivf, arr)
         if self._retraining is not None:
             self._retraining.changes.append((arr, None))
         self._free.extend(self._rows_of.remove(arr).tolist())
@@ -804,10 +804,6 @@ class FaissIndex:
         """The IVF lists searched and updated now."""
         assert self._ivf is not None and self._coarse is not None and self._ranking is not None
         return _Lists(self._ivf, self._coarse, self._ranking, self._grid)
-
-    def _ivf_remove(self, ids: np.ndarray) -> None:
-        assert self._ivf is not None
-        _remove_ids(self._ivf, ids)
 
     def _start_switch_to_ivf(self) -> None:
         """Train and fill the first IVF index on every vector held now, in the background

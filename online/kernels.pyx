@@ -1897,8 +1897,6 @@ def record_head_stats(list heads, const uint8_t[::1] wide, float[:, ::1] out):
     cdef const uint8_t* p
     cdef const uint8_t* s
     cdef const float* table = &_half[0]
-    cdef uint32_t bits
-    cdef float value
     cdef bytes head
     if wide.shape[0] != n:
         raise ValueError(f"{wide.shape[0]} wide flags for {n} columns")
@@ -1938,9 +1936,7 @@ def record_head_stats(list heads, const uint8_t[::1] wide, float[:, ::1] out):
             if length != full_size:
                 return (i, 2, length, full_size)
             for j in range(n):
-                bits = load_u32le(s + 1 + 4 * j)
-                memcpy(&value, &bits, 4)
-                out[i, j] = value
+                out[i, j] = _bits_f32(load_u32le(s + 1 + 4 * j))
         elif s[0] == _STATS_COMPACT:
             if length != compact_size:
                 return (i, 2, length, compact_size)
@@ -1948,9 +1944,7 @@ def record_head_stats(list heads, const uint8_t[::1] wide, float[:, ::1] out):
             wide_at = 1 + 2 * (n - n_wide)
             for j in range(n):
                 if wide[j]:
-                    bits = load_u32le(s + wide_at)
-                    memcpy(&value, &bits, 4)
-                    out[i, j] = value
+                    out[i, j] = _bits_f32(load_u32le(s + wide_at))
                     wide_at += 4
                 else:
                     out[i, j] = table[<uint16_t> s[narrow_at] | (<uint16_t> s[narrow_at + 1] << 8)]
