@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -34,13 +35,10 @@ from streams.kafka_io import ensure_topics, free_port, start_tansu
 from streams.topic_replay import read_topic
 
 
-def measure(pages: int, crawls: int) -> dict:
-    """Events/s of producing a generated crawl and of reading its topic back."""
-    tmp = Path(tempfile.mkdtemp(prefix="lookaround-kafka-bench-"))
-    events = tmp / "crawl.jsonl.gz"
-    write_events(events, GeneratorConfig(pages=pages, crawls=crawls, seed=0))
+def measure(events: Path, tmp: Path) -> dict:
+    """Events/s of producing ``events`` to a fresh broker and of reading its topic back."""
     port = free_port()
-    broker = start_tansu(port, tmp / "tansu.log")
+    broker = start_tansu(port, tmp / f"tansu-{port}.log")
     try:
         settings = worker_settings(
             f"127.0.0.1:{port}", "kbench", topic_partitions=2, log_level="WARNING"
@@ -71,17 +69,22 @@ def main() -> None:
     ap.add_argument("--crawls", type=int, default=2)
     ap.add_argument("--compare", action="store_true", help="also with the pure-Python CRC")
     ap.add_argument("--pure-python-crc", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--json-line", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--events", type=Path, help=argparse.SUPPRESS)  # the parent's crawl
     args = ap.parse_args()
-    runs = [measure(args.pages, args.crawls)]
-    if args.json_line:
-        print(json.dumps(runs[0]))
-        return
-    if args.compare:
-        child = [sys.executable, __file__, "--pure-python-crc", "--json-line"]
-        child += ["--pages", str(args.pages), "--crawls", str(args.crawls)]
-        out = subprocess.run(child, check=True, capture_output=True, text=True).stdout
-        runs.append(json.loads(out.strip().splitlines()[-1]))
+    tmp = Path(tempfile.mkdtemp(prefix="lookaround-kafka-bench-"))
+    try:
+        if args.events is not None:  # the --compare child: one JSON line
+            print(json.dumps(measure(args.events, tmp)))
+            return
+        events = tmp / "crawl.jsonl.gz"
+        write_events(events, GeneratorConfig(pages=args.pages, crawls=args.crawls, seed=0))
+        runs = [measure(events, tmp)]
+        if args.compare:
+            child = [sys.executable, __file__, "--pure-python-crc", "--events", str(events)]
+            out = subprocess.run(child, check=True, capture_output=True, text=True).stdout
+            runs.append(json.loads(out.strip().splitlines()[-1]))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     print(f"\n{'CRC-32C':<12} {'events':>9} {'produce/s':>10} {'read_topic/s':>13}")
     for r in runs:
         print(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import ssl
 
 from streams.kafka_io import aiokafka_options, kafka_python_options
@@ -35,8 +36,6 @@ def test_kafka_python_checks_record_crcs_in_c() -> None:
     """kafka-python computes each record batch's CRC-32C (producing, and consuming with
     ``check_crcs``) in pure Python unless the ``crc32c`` package is there: that was 84% of
     `lookaround produce`'s time. The project installs it, and it is the same checksum."""
-    import os
-
     from kafka.record import util
 
     assert util.crc32c_c is not None, "the crc32c package is missing: kafka-python is slow"
