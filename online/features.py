@@ -28,7 +28,7 @@ import numpy as np
 
 from online.history import DEFAULT_HISTORY, SN_FIELDS, SP_FIELDS, PageState
 from online.kernels import own_feature_rows, weighted_stat_means
-from online.links import CACHE_SIZE, LinkInfo, domain_depth, url_path_depth
+from online.links import CACHE_SIZE, LinkInfo, canonical_path_depth, domain_depth
 
 #: Per-page stats that related pages contribute (one float32 row per page in the stats store).
 #: Dynamic columns are NaN until the page has at least one interval.
@@ -142,7 +142,8 @@ def _depths(url: str) -> tuple[float, float]:
     if depths is None:
         if len(_DEPTHS) >= CACHE_SIZE:
             _DEPTHS.clear()
-        depths = (float(url_path_depth(url)), float(domain_depth(url)))
+        # An event's URL is normalised already (`online.events`): no second normalising
+        depths = (float(canonical_path_depth(url)), float(domain_depth(url)))
         _DEPTHS[url] = depths
     return depths
 

@@ -15,6 +15,22 @@ import numpy as np
 __all__ = ["IdRows"]
 
 _NO_IDS = np.empty(0, np.int64)
+#: A lookup of this many ids or more searches them in ascending order once the table has
+#: `SORTED_SEARCH_TABLE` ids (2 MB, past a core's own cache): numpy's binary search then starts
+#: each id where the one before it ended and walks memory forwards, which more than pays for
+#: the sort (`bench/id_rows.py`); a smaller table is searched fast enough in any order.
+SORTED_SEARCH_FROM = 256
+SORTED_SEARCH_TABLE = 1 << 18
+
+
+def _search_sorted(known: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """``np.searchsorted(known, ids)``, the ids searched in ascending order when it pays."""
+    if len(ids) < SORTED_SEARCH_FROM or len(known) < SORTED_SEARCH_TABLE:
+        return np.searchsorted(known, ids)
+    order = np.argsort(ids)
+    at = np.empty(len(ids), np.int64)
+    at[order] = np.searchsorted(known, ids[order])
+    return at
 
 
 class IdRows:
@@ -54,7 +70,7 @@ class IdRows:
         known = self._ids
         if not len(known):
             return np.zeros(len(ids), np.int64), np.zeros(len(ids), bool)
-        at = np.minimum(np.searchsorted(known, ids), len(known) - 1)
+        at = np.minimum(_search_sorted(known, ids), len(known) - 1)
         found = known[at] == ids
         return np.where(found, self._rows[at], 0), found
 

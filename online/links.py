@@ -73,10 +73,20 @@ def is_internal(page_url: str, link_url: str) -> bool:
 
 def url_path_depth(url: str) -> int:
     """Number of non-empty path segments: ``domain.com/en/news/article123456/`` -> 3."""
+    return canonical_path_depth(normalize_url(url))
+
+
+def canonical_path_depth(normalized: str) -> int:
+    """`url_path_depth` of a URL `normalize_url` returns unchanged, without normalising it
+    again: the feature rows ask for it once per fetched page.
+
+    >>> canonical_path_depth("https://example.com/a//b/?x=/c")
+    2
+    """
     # A normalised URL always has a path: it starts at the first '/' after '://'.
-    rest = normalize_url(url).partition("://")[2]
-    path = rest[rest.find("/") :].partition("?")[0]
-    return sum(1 for part in path.split("/") if part)
+    rest = normalized.partition("://")[2]
+    segments = rest[rest.find("/") :].partition("?")[0].split("/")
+    return len(segments) - segments.count("")
 
 
 def domain_depth(url: str) -> int:

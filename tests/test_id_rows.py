@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from online.id_rows import IdRows
+from online.id_rows import SORTED_SEARCH_FROM, SORTED_SEARCH_TABLE, IdRows
 
 page_ids = st.lists(st.integers(-(2**63), 2**63 - 1) | st.integers(0, 40), max_size=30)
 steps = st.lists(st.tuples(st.sampled_from(["number", "remove"]), page_ids), max_size=12)
@@ -71,3 +71,21 @@ def test_with_prefixes_names_the_one_id_with_those_top_bits(ids: list[int], prob
     for prefix, found in zip(probes, got, strict=True):
         having = [i for i in ids if i >> 4 == prefix]
         assert found == (having[0] if len(having) == 1 else -1)
+
+
+@pytest.mark.parametrize("table", [1_000, SORTED_SEARCH_TABLE + 1_000])
+def test_a_large_lookup_finds_the_same_rows_whichever_order_it_searches(table: int) -> None:
+    """From `SORTED_SEARCH_FROM` ids on a table of `SORTED_SEARCH_TABLE` ids the lookup sorts
+    its ids first: the rows and found flags must still come back in the order asked."""
+    rng = np.random.default_rng(3)
+    ids = np.unique(rng.integers(-(2**62), 2**62, table))
+    rows = IdRows()
+    given_rows = rng.permutation(len(ids))
+    rows.insert(ids, given_rows)
+    model = dict(zip(ids.tolist(), given_rows.tolist(), strict=True))
+    asked = np.concatenate([rng.choice(ids, 3_000), rng.integers(-(2**62), 2**62, 1_000)])
+    rng.shuffle(asked)
+    assert len(asked) >= SORTED_SEARCH_FROM
+    found_rows, found = rows.find(asked)
+    assert found.tolist() == [int(page) in model for page in asked]
+    assert found_rows.tolist() == [model.get(int(page), 0) for page in asked]
